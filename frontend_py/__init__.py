@@ -1,0 +1,1 @@
+"""Turnwise client: the pure-Python kit (``frontend_py.kit``) and the web app it powers."""
