@@ -96,13 +96,16 @@ class AbortError(Exception):
 class Loads:
     """The injected session loader: each call returns a ``Deferred`` the test settles."""
 
-    def __init__(self) -> None:
+    def __init__(self, honour_abort: bool = True) -> None:
+        # honour_abort=False models a response that was already on its way when the abort fired.
+        self.honour_abort = honour_abort
         self.calls: list[tuple[str, Deferred, AbortSignal]] = []
 
     async def __call__(self, task_id: str, signal: AbortSignal) -> Any:
         deferred = Deferred()
         self.calls.append((task_id, deferred, signal))
-        signal.add_listener(lambda: deferred.reject(AbortError("aborted")))
+        if self.honour_abort:
+            signal.add_listener(lambda: deferred.reject(AbortError("aborted")))
         return await deferred
 
     def resolve(self, index: int, sessions: list[dict[str, Any]]) -> None:
@@ -166,7 +169,12 @@ def session(
 
 
 def summary(task_id: str, revision: int, pending: str | None) -> dict[str, Any]:
-    return {"taskId": task_id, "revision": revision, "pendingAction": pending, "updatedAt": "2026-08-14T10:00:00Z"}
+    return {
+        "taskId": task_id,
+        "revision": revision,
+        "pendingAction": pending,
+        "updatedAt": "2026-08-14T10:00:00Z",
+    }
 
 
 def task(

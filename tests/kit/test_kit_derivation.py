@@ -58,7 +58,9 @@ def test_fixture_cases_hold_in_any_input_order() -> None:
         messages = list(reversed(case["messages"]))
         found = current_turn(turns, messages)
         assert (found["id"] if found else None) == case["expect"]["current_turn"], case["name"]
-        assert [t["id"] for t in visible_turns(turns, messages)] == case["expect"]["visible_turns"], case["name"]
+        assert [t["id"] for t in visible_turns(turns, messages)] == case["expect"]["visible_turns"], case[
+            "name"
+        ]
 
 
 def test_flags_are_truthy_only_as_json_true_string_true_string_one_or_number_one() -> None:
@@ -70,7 +72,11 @@ def test_flags_are_truthy_only_as_json_true_string_true_string_one_or_number_one
 
 def test_api_turns_and_messages_derive_like_durable_rows() -> None:
     turns = [turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z"), turn("t2", "2026-08-14T10:02:00Z")]
-    messages = [question("m1", "t1", "p1"), question("m2", "t2", "p2"), question("m3", "t2", "p3", "ANSWERED")]
+    messages = [
+        question("m1", "t1", "p1"),
+        question("m2", "t2", "p2"),
+        question("m3", "t2", "p3", "ANSWERED"),
+    ]
     rows = [turn_row(t) for t in turns]
     message_rows = [message_row(m) for m in messages]
     found = current_turn(rows, message_rows)
@@ -112,7 +118,10 @@ def test_a_permission_projection_makes_clarification_bundles_inert() -> None:
 
 
 def test_a_clarification_projection_is_narrowed_to_the_current_turn_bundle() -> None:
-    turns = [turn_row(turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z")), turn_row(turn("t2", "2026-08-14T10:02:00Z"))]
+    turns = [
+        turn_row(turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z")),
+        turn_row(turn("t2", "2026-08-14T10:02:00Z")),
+    ]
     messages = [message_row(question("m1", "t1", "old")), message_row(question("m2", "t2", "new"))]
     pending = {"pendingAction": CLARIFICATION, "revision": {"epoch": "1", "sequence": "9"}}
     assert session_pending("RUNNING", pending, turns, messages, ["stale"]) == (CLARIFICATION, ["new"])
@@ -129,7 +138,10 @@ def test_while_turn_history_is_unavailable_the_server_projection_answers() -> No
 
 def test_a_question_in_a_turn_not_yet_loaded_is_found_when_the_projection_says_clarification() -> None:
     turns = [turn_row(turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z"))]
-    messages = [message_row(question("m1", "t1", "old", "ANSWERED")), message_row(question("m2", "t2", "new"))]
+    messages = [
+        message_row(question("m1", "t1", "old", "ANSWERED")),
+        message_row(question("m2", "t2", "new")),
+    ]
     pending = {"pendingAction": CLARIFICATION, "revision": {"epoch": "1", "sequence": "9"}}
     assert active_pending_ids("RUNNING", turns, messages) == []
     assert session_pending("RUNNING", pending, turns, messages) == (CLARIFICATION, ["new"])

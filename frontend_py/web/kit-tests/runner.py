@@ -70,7 +70,12 @@ async def main() -> None:
     try:
         report = await run_all()
     except Exception as error:  # report a broken runner instead of leaving the page silent
-        report = {"done": True, "total": 0, "passed": [], "failed": [{"test": "runner", "error": _describe(error)}]}
+        report = {
+            "done": True,
+            "total": 0,
+            "passed": [],
+            "failed": [{"test": "runner", "error": _describe(error)}],
+        }
     node = document.getElementById("results")
     node.textContent = json.dumps(report)
     node.setAttribute("data-done", "true")

@@ -1,0 +1,1 @@
+"""GraphQL API (Strawberry) and the Starlette application."""

@@ -1,0 +1,102 @@
+"""The Starlette application: lifespan (migrate, epoch, recovery, bus), health, GraphQL, web app."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route, WebSocketRoute
+
+from backend.api.auth import Authenticator
+from backend.api.graphql_view import GraphQLView
+from backend.api.schema import build_schema
+from backend.config import Settings
+from backend.db import migrate
+from backend.db.engine import Database
+from backend.events import EventBus
+from backend.repository import meta
+from backend.services.container import Services
+from backend.services.context import Deps
+
+log = logging.getLogger("turnwise.app")
+
+StartupStep = Callable[[Services], Awaitable[None]]
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    services: Services
+    ready: bool = False
+    epoch: int = 0
+    startup_steps: list[StartupStep] = field(default_factory=list)
+
+
+def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
+    db = Database(settings.database_url)
+    bus = EventBus(settings.broadcast_url)
+    services = Services.build(Deps(db=db, bus=bus, settings=settings))
+    runtime = Runtime(settings=settings, services=services)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if auto_migrate:
+            await migrate.upgrade(db)
+        elif not await migrate.is_current(db):
+            raise RuntimeError("database schema is not current: run `turnwise migrate`")
+        async with db.write() as conn:
+            runtime.epoch = await meta.advance_epoch(conn)
+        await bus.connect()
+        try:
+            # Recovery runs before the server admits traffic; an error stops startup.
+            for step in runtime.startup_steps:
+                await step(services)
+            runtime.ready = True
+            log.info("turnwise ready", extra={"epoch": runtime.epoch})
+            yield
+        finally:
+            runtime.ready = False
+            await bus.disconnect()
+            await db.dispose()
+
+    async def healthz(_: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> JSONResponse:
+        problems = []
+        if not runtime.ready:
+            problems.append("startup not finished")
+        try:
+            if not await migrate.is_current(db):
+                problems.append("migrations not current")
+        except Exception as exc:  # the database itself is unreachable
+            problems.append(f"database unreachable: {type(exc).__name__}")
+        if problems:
+            return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
+        return JSONResponse({"status": "ready", "epoch": runtime.epoch})
+
+    view = GraphQLView(
+        services,
+        Authenticator(settings.bootstrap_token),
+        schema=build_schema(max_depth=settings.max_query_depth),
+        graphql_ide="graphiql",
+        allowed_origins=settings.allowed_origins,
+        max_subscriptions_per_connection=settings.subscriptions_per_connection,
+        allow_queries_via_get=False,
+    )
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/graphql", view, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", view),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.runtime = runtime
+    return app

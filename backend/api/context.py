@@ -1,0 +1,46 @@
+"""Per-request context: the caller, the services and request-scoped batch loaders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from strawberry.dataloader import DataLoader
+
+from backend.api.auth import Principal
+from backend.domain.errors import Unauthenticated
+from backend.domain.records import SessionPending, SessionRecord
+from backend.services.container import Services
+
+
+@dataclass
+class Context:
+    services: Services
+    principal_or_none: Principal | None
+    request: Any = None
+    response: Any = None
+    connection_params: dict[str, Any] | None = None
+    sessions_by_task: DataLoader[str, list[SessionRecord]] = field(init=False)
+    pending_by_session: DataLoader[str, SessionPending | None] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sessions_by_task = DataLoader(load_fn=self._load_sessions)
+        self.pending_by_session = DataLoader(load_fn=self._load_pending)
+
+    @property
+    def principal(self) -> Principal:
+        if self.principal_or_none is None:
+            raise Unauthenticated("missing bearer token")
+        return self.principal_or_none
+
+    async def _load_sessions(self, task_ids: list[str]) -> list[list[SessionRecord]]:
+        sessions, projections = await self.services.reads.sessions_with_pending(task_ids)
+        by_task: dict[str, list[SessionRecord]] = {t: [] for t in task_ids}
+        for s in sessions:
+            by_task[s.task_id].append(s)
+            self.pending_by_session.prime(s.id, projections.get(s.id))
+        return [by_task[t] for t in task_ids]
+
+    async def _load_pending(self, session_ids: list[str]) -> list[SessionPending | None]:
+        projections = await self.services.reads.pending_for_sessions(session_ids)
+        return [projections.get(s) for s in session_ids]

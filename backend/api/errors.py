@@ -1,0 +1,54 @@
+"""Maps errors to GraphQL in one place: expected ones keep their message and a code, the rest are
+logged with an id and returned without internals."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from graphql.error import GraphQLError
+from strawberry.extensions import MaskErrors
+
+from backend.domain.errors import TurnwiseError
+
+log = logging.getLogger("turnwise.api")
+
+
+def _is_expected(error: GraphQLError) -> bool:
+    original = error.original_error
+    # No original error: parse/validation errors, which are safe and useful to show.
+    return original is None or isinstance(original, TurnwiseError | GraphQLError)
+
+
+class ErrorPolicy(MaskErrors):
+    def __init__(self) -> None:
+        super().__init__(should_mask_error=lambda e: True, error_message="Internal error")
+
+    def anonymise_error(self, error: GraphQLError) -> GraphQLError:
+        original = error.original_error
+        if _is_expected(error):
+            extensions = dict(error.extensions or {})
+            if isinstance(original, TurnwiseError):
+                extensions["code"] = original.code
+            return GraphQLError(
+                message=error.message,
+                nodes=error.nodes,
+                source=error.source,
+                positions=error.positions,
+                path=error.path,
+                original_error=None,
+                extensions=extensions or None,
+            )
+        error_id = uuid.uuid4().hex[:12]
+        log.error(
+            "unexpected error %s at %s", error_id, error.path, exc_info=original, extra={"error_id": error_id}
+        )
+        return GraphQLError(
+            message=f"Internal error (id {error_id})",
+            nodes=error.nodes,
+            source=error.source,
+            positions=error.positions,
+            path=error.path,
+            original_error=None,
+            extensions={"code": "INTERNAL", "errorId": error_id},
+        )

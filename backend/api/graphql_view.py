@@ -1,0 +1,69 @@
+"""The Strawberry ASGI view: authentication for HTTP and WebSocket, context construction."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
+from strawberry.asgi import GraphQL
+from strawberry.exceptions import ConnectionRejectionError
+
+from backend.api.auth import Authenticator, bearer_from_header, bearer_from_params
+from backend.api.context import Context
+from backend.domain.errors import TurnwiseError
+from backend.services.container import Services
+
+
+def _wants_ide(scope: Scope) -> bool:
+    if scope.get("method") != "GET":
+        return False
+    headers = dict(scope.get("headers") or [])
+    accept = headers.get(b"accept", b"").decode("latin-1")
+    query = scope.get("query_string", b"")
+    return "text/html" in accept and b"query=" not in query
+
+
+class GraphQLView(GraphQL[Context, None]):
+    def __init__(self, services: Services, authenticator: Authenticator, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.services = services
+        self.authenticator = authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not _wants_ide(scope):
+            request = Request(scope, receive)
+            try:
+                principal = await self.authenticator.authenticate(
+                    bearer_from_header(request.headers.get("authorization"))
+                )
+            except TurnwiseError as exc:
+                body = {"errors": [{"message": str(exc), "extensions": {"code": exc.code}}]}
+                response = Response(
+                    json.dumps(body),
+                    status_code=401,
+                    media_type="application/json",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+            scope.setdefault("state", {})["principal"] = principal
+        await super().__call__(scope, receive, send)
+
+    async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
+        principal = request.scope.get("state", {}).get("principal")
+        return Context(
+            services=self.services, principal_or_none=principal, request=request, response=response
+        )
+
+    async def on_ws_connect(self, context: Context) -> dict[str, object] | None:
+        try:
+            context.principal_or_none = await self.authenticator.authenticate(
+                bearer_from_params(context.connection_params)
+            )
+        except TurnwiseError as exc:
+            raise ConnectionRejectionError({"message": str(exc)}) from exc
+        return None

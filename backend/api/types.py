@@ -1,0 +1,300 @@
+"""GraphQL object types and enums of the contract, built from repository records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Annotated
+
+import strawberry
+from strawberry.types import Info
+
+from backend.api.context import Context
+from backend.domain import clarification as cq
+from backend.domain.records import (
+    MessageRecord,
+    Revision,
+    SessionPending,
+    SessionRecord,
+    TaskRecord,
+    TurnRecord,
+)
+
+
+@strawberry.enum
+class PendingActionKind(enum.Enum):
+    CLARIFICATION = "clarification"
+    PERMISSION = "permission"
+
+
+@strawberry.enum
+class SessionState(enum.Enum):
+    CREATED = "CREATED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    WAITING_FOR_INPUT = "WAITING_FOR_INPUT"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+@strawberry.enum
+class ClarificationStatus(enum.Enum):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+@strawberry.enum
+class ClarificationBundleState(enum.Enum):
+    ACTIVE_LIVE = "active_live"
+    ACTIVE_DETACHED = "active_detached"
+    DELIVERY_CLAIMED = "delivery_claimed"
+    TERMINAL = "terminal"
+    SUPERSEDED_HISTORY = "superseded_history"
+
+
+@strawberry.enum
+class ConflictReason(enum.Enum):
+    SUPERSEDED = "superseded"
+    TERMINAL = "terminal"
+    DELIVERY_CLAIMED = "delivery_claimed"
+
+
+@strawberry.enum
+class MessageEventKind(enum.Enum):
+    ADDED = "added"
+    UPDATED = "updated"
+    DELETED = "deleted"
+
+
+def pending_kind(value: str | None) -> PendingActionKind | None:
+    return None if value is None else PendingActionKind(value)
+
+
+@strawberry.type
+class PendingActionRevision:
+    epoch: str
+    sequence: str
+
+    @classmethod
+    def of(cls, revision: Revision) -> PendingActionRevision:
+        return cls(epoch=str(revision.epoch), sequence=str(revision.sequence))
+
+
+@strawberry.type
+class SessionProjection:
+    session_id: strawberry.ID
+    pending_action: PendingActionKind | None
+    revision: PendingActionRevision
+
+    @classmethod
+    def of(cls, p: SessionPending) -> SessionProjection:
+        return cls(
+            session_id=strawberry.ID(p.session_id),
+            pending_action=pending_kind(p.pending_action),
+            revision=PendingActionRevision.of(p.revision),
+        )
+
+
+@strawberry.type
+class TaskStatusSummary:
+    task_id: strawberry.ID
+    revision: int
+    pending_action: PendingActionKind | None
+    updated_at: dt.datetime
+
+
+@strawberry.type
+class ClarificationOption:
+    id: strawberry.ID
+    label: str
+    description: str | None
+
+
+@strawberry.type
+class ClarificationResponse:
+    selected_option_ids: list[strawberry.ID]
+    custom_text: str | None
+
+
+@strawberry.type
+class ClarificationQuestion:
+    pending_id: strawberry.ID
+    question_id: strawberry.ID
+    title: str | None
+    prompt: str
+    options: list[ClarificationOption]
+    multi_select: bool
+    status: ClarificationStatus
+    agent_disconnected: bool
+    response: ClarificationResponse | None
+
+    @classmethod
+    def of(cls, q: cq.QuestionView) -> ClarificationQuestion:
+        try:
+            status = ClarificationStatus(q.status)
+        except ValueError:
+            status = ClarificationStatus.PENDING
+        return cls(
+            pending_id=strawberry.ID(q.pending_id),
+            question_id=strawberry.ID(q.question_id),
+            title=q.title,
+            prompt=q.prompt,
+            options=[
+                ClarificationOption(id=strawberry.ID(o.id), label=o.label, description=o.description)
+                for o in q.options
+            ],
+            multi_select=q.multi_select,
+            status=status,
+            agent_disconnected=q.agent_disconnected,
+            response=None
+            if q.response is None
+            else ClarificationResponse(
+                selected_option_ids=[strawberry.ID(s) for s in q.response.selected_option_ids],
+                custom_text=q.response.custom_text,
+            ),
+        )
+
+
+@strawberry.type
+class ClarificationBundle:
+    pending_id: strawberry.ID
+    session_id: strawberry.ID
+    task_id: strawberry.ID
+    turn_id: strawberry.ID | None
+    state: ClarificationBundleState
+    context: str | None
+    questions: list[ClarificationQuestion]
+
+
+@strawberry.type
+class Turn:
+    id: strawberry.ID
+    session_id: strawberry.ID
+    started_at: dt.datetime
+    completed_at: dt.datetime | None
+    created_at: dt.datetime
+    lifecycle_only: bool
+
+    @classmethod
+    def of(cls, t: TurnRecord) -> Turn:
+        return cls(
+            id=strawberry.ID(t.id),
+            session_id=strawberry.ID(t.session_id),
+            started_at=t.started_at,
+            completed_at=t.completed_at,
+            created_at=t.created_at,
+            lifecycle_only=cq.flag(t.metadata.get("lifecycle_only")),
+        )
+
+
+@strawberry.type
+class Message:
+    id: strawberry.ID
+    session_id: strawberry.ID
+    turn_id: strawberry.ID
+    kind: str
+    author: str
+    content: str
+    created_at: dt.datetime
+    clarification: ClarificationQuestion | None
+
+    @classmethod
+    def of(cls, m: MessageRecord) -> Message:
+        view = cq.question_view(m.metadata) if m.type == "clarification_request" else None
+        return cls(
+            id=strawberry.ID(m.id),
+            session_id=strawberry.ID(m.session_id),
+            turn_id=strawberry.ID(m.turn_id),
+            kind=m.type,
+            author=m.author,
+            content=m.content,
+            created_at=m.created_at,
+            clarification=None if view is None else ClarificationQuestion.of(view),
+        )
+
+
+@strawberry.type
+class TaskSession:
+    record: strawberry.Private[SessionRecord]
+
+    @strawberry.field
+    def id(self) -> strawberry.ID:
+        return strawberry.ID(self.record.id)
+
+    @strawberry.field
+    def task_id(self) -> strawberry.ID:
+        return strawberry.ID(self.record.task_id)
+
+    @strawberry.field
+    def state(self) -> SessionState:
+        return SessionState(self.record.state)
+
+    @strawberry.field
+    def is_primary(self) -> bool:
+        return self.record.is_primary
+
+    @strawberry.field
+    def input_capable(self) -> bool:
+        return self.record.input_capable
+
+    @strawberry.field
+    def created_at(self) -> dt.datetime:
+        return self.record.created_at
+
+    async def _projection(self, info: Info[Context, None]) -> SessionPending:
+        projection = await info.context.pending_by_session.load(self.record.id)
+        if projection is None:
+            raise LookupError(f"no projection for session {self.record.id}")
+        return projection
+
+    @strawberry.field
+    async def pending_action(self, info: Info[Context, None]) -> PendingActionKind | None:
+        return pending_kind((await self._projection(info)).pending_action)
+
+    @strawberry.field
+    async def pending_action_revision(self, info: Info[Context, None]) -> PendingActionRevision:
+        return PendingActionRevision.of((await self._projection(info)).revision)
+
+    @strawberry.field(description="The current-turn active bundle, or null.")
+    async def active_clarification(self, info: Info[Context, None]) -> ClarificationBundle | None:
+        # Filled in by the clarification lifecycle; the foundation has no bundles to show yet.
+        return None
+
+
+@strawberry.type
+class Task:
+    record: strawberry.Private[TaskRecord]
+
+    @strawberry.field
+    def id(self) -> strawberry.ID:
+        return strawberry.ID(self.record.id)
+
+    @strawberry.field
+    def title(self) -> str:
+        return self.record.title
+
+    @strawberry.field
+    def workflow_step(self) -> str:
+        return self.record.workflow_step
+
+    @strawberry.field
+    async def primary_session_id(self, info: Info[Context, None]) -> strawberry.ID | None:
+        for s in await info.context.sessions_by_task.load(self.record.id):
+            if s.is_primary:
+                return strawberry.ID(s.id)
+        return None
+
+    @strawberry.field(description="Null tells a client to drop its cached summary.")
+    async def summary(self, info: Info[Context, None]) -> TaskStatusSummary | None:
+        # Summary reconciliation arrives with the projection API; until then clients derive from sessions.
+        return None
+
+    @strawberry.field(description="Authoritative; the request fails if projection fails.")
+    async def sessions(
+        self, info: Info[Context, None]
+    ) -> list[Annotated[TaskSession, strawberry.lazy("backend.api.types")]]:
+        return [TaskSession(record=s) for s in await info.context.sessions_by_task.load(self.record.id)]

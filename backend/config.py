@@ -1,0 +1,82 @@
+"""Settings from the environment (TURNWISE_*) and the command line; every default works embedded."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import platformdirs
+
+
+def default_database_url() -> str:
+    data = Path(platformdirs.user_data_dir("turnwise"))
+    return f"sqlite+aiosqlite:///{data / 'turnwise.db'}"
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw not in (None, "") else default
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw not in (None, "") else default
+
+
+def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    database_url: str = field(default_factory=default_database_url)
+    broadcast_url: str = "memory://"
+    bootstrap_token: str | None = None
+    allowed_origins: tuple[str, ...] = ()
+    # Clarification timing (seconds); the originals were hours, tests shorten them.
+    max_wait_seconds: float = 7200.0
+    live_confirmation_seconds: float = 300.0
+    persistence_seconds: float = 30.0
+    dispatch_seconds: float = 30.0
+    watchdog_seconds: float = 15.0
+    keepalive_seconds: float = 20.0
+    subscriptions_per_connection: int = 32
+    max_query_depth: int = 12
+    max_query_bytes: int = 64_000
+    fault_points: tuple[str, ...] = ()
+    webhook_url: str | None = None
+    demo: bool = False
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        base = cls()
+        return replace(
+            base,
+            host=os.environ.get("TURNWISE_HOST", base.host),
+            port=_int("TURNWISE_PORT", base.port),
+            database_url=os.environ.get("TURNWISE_DATABASE_URL") or base.database_url,
+            broadcast_url=os.environ.get("TURNWISE_BROADCAST_URL") or base.broadcast_url,
+            bootstrap_token=os.environ.get("TURNWISE_BOOTSTRAP_TOKEN") or None,
+            allowed_origins=_list("TURNWISE_ALLOWED_ORIGINS", base.allowed_origins),
+            max_wait_seconds=_float("TURNWISE_MAX_WAIT_SECONDS", base.max_wait_seconds),
+            live_confirmation_seconds=_float(
+                "TURNWISE_LIVE_CONFIRMATION_SECONDS", base.live_confirmation_seconds
+            ),
+            persistence_seconds=_float("TURNWISE_PERSISTENCE_SECONDS", base.persistence_seconds),
+            dispatch_seconds=_float("TURNWISE_DISPATCH_SECONDS", base.dispatch_seconds),
+            watchdog_seconds=_float("TURNWISE_WATCHDOG_SECONDS", base.watchdog_seconds),
+            keepalive_seconds=_float("TURNWISE_KEEPALIVE_SECONDS", base.keepalive_seconds),
+            subscriptions_per_connection=_int(
+                "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION", base.subscriptions_per_connection
+            ),
+            max_query_depth=_int("TURNWISE_MAX_QUERY_DEPTH", base.max_query_depth),
+            max_query_bytes=_int("TURNWISE_MAX_QUERY_BYTES", base.max_query_bytes),
+            fault_points=_list("TURNWISE_FAULT_POINTS", base.fault_points),
+            webhook_url=os.environ.get("TURNWISE_WEBHOOK_URL") or None,
+        )

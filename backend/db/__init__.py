@@ -1,0 +1,1 @@
+"""Tables, engine factory, dialect helpers and migrations."""

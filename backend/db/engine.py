@@ -1,0 +1,88 @@
+"""The async engine and the two kinds of transaction: reads, and writes that serialize per session."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+
+def utcnow() -> dt.datetime:
+    """The one clock every timestamp comes from."""
+    return dt.datetime.now(dt.UTC)
+
+
+class Database:
+    """Owns the engine. `write()` takes SQLite's writer lock up front (BEGIN IMMEDIATE); on PostgreSQL
+    writers serialize per session through advisory locks taken by the repository."""
+
+    def __init__(self, url: str, *, echo: bool = False, pool_size: int = 10) -> None:
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        kwargs: dict[str, Any] = {"echo": echo}
+        if self.dialect == "sqlite":
+            database = parsed.database or ""
+            if database and database != ":memory:":
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
+            kwargs = {k: v for k, v in kwargs.items() if v is not None}
+            kwargs["connect_args"] = {"timeout": 30}
+        else:
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        self.statements = 0
+        self._install_hooks()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    def _install_hooks(self) -> None:
+        sync_engine = self.engine.sync_engine
+
+        @event.listens_for(sync_engine, "before_cursor_execute")
+        def _count(*_: Any) -> None:
+            self.statements += 1
+
+        if not self.is_sqlite:
+            return
+
+        @event.listens_for(sync_engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            # Let us issue BEGIN ourselves so writers can take the lock up front.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(sync_engine, "begin")
+        def _begin(conn: Any) -> None:
+            immediate = conn.get_execution_options().get("turnwise_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            async with conn.begin():
+                yield conn
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        async with self.engine.connect() as conn:
+            conn = await conn.execution_options(turnwise_write=True)
+            async with conn.begin():
+                yield conn
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

@@ -1,0 +1,141 @@
+"""SQLAlchemy Core tables: tasks, sessions, turns, messages, summaries, access and meta."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+from backend.db.types import JSONDoc, UTCDateTime
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+ID = String(64)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("title", Text, nullable=False),
+    Column("workflow_step", String(200), nullable=False, server_default="todo"),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+task_sessions = Table(
+    "task_sessions",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("task_id", ID, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("state", String(32), nullable=False),
+    Column("is_primary", Boolean, nullable=False, server_default=text("false")),
+    Column("input_capable", Boolean, nullable=False, server_default=text("true")),
+    # Bumped under the session lock by every write that can change the pending projection; with the
+    # database epoch it forms the revision clients compare, identical from every server process.
+    Column("pending_seq", BigInteger, nullable=False, server_default=text("0")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_task_sessions_task", "task_id", "created_at"),
+)
+
+task_session_turns = Table(
+    "task_session_turns",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("completed_at", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("metadata", JSONDoc, nullable=False, server_default=text("'{}'")),
+    # Current-turn lookups walk these backwards and stop at the first authoritative row.
+    Index("ix_turns_session_order", "session_id", "started_at", "created_at", "id"),
+    Index(
+        "ix_turns_session_open_order",
+        "session_id",
+        "started_at",
+        "created_at",
+        "id",
+        sqlite_where=text("completed_at IS NULL"),
+        postgresql_where=text("completed_at IS NULL"),
+    ),
+)
+
+task_session_messages = Table(
+    "task_session_messages",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    # No foreign key: a message may name a turn that never became durable; the rule treats it as inert.
+    Column("turn_id", ID, nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("author", String(32), nullable=False),
+    Column("content", Text, nullable=False, server_default=""),
+    Column("metadata", JSONDoc, nullable=False, server_default=text("'{}'")),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_messages_turn_type", "turn_id", "type"),
+    Index("ix_messages_session_created", "session_id", "created_at", "id"),
+)
+
+task_status_summaries = Table(
+    "task_status_summaries",
+    metadata,
+    Column("task_id", ID, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("revision", Integer, nullable=False),
+    Column("pending_action", String(32), nullable=True),
+    Column("fields", JSONDoc, nullable=False, server_default=text("'{}'")),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("role", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("token_hash", String(128), nullable=False, unique=True),
+    # Agent tokens are scoped to one session.
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime, nullable=True),
+)
+
+task_grants = Table(
+    "task_grants",
+    metadata,
+    Column("task_id", ID, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+)
+
+meta = Table(
+    "turnwise_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)

@@ -1,0 +1,1 @@
+"""Plain types and rules with no I/O; imported by every layer, imports nothing of ours."""

@@ -1,0 +1,46 @@
+"""Error types for expected outcomes; the API maps each to a GraphQL result or error in one place."""
+
+from __future__ import annotations
+
+
+class TurnwiseError(Exception):
+    """Base of every error whose message is safe to show a client."""
+
+    code = "TURNWISE_ERROR"
+
+
+class NotFound(TurnwiseError):
+    code = "NOT_FOUND"
+
+    def __init__(self, what: str, ident: str) -> None:
+        super().__init__(f"{what} {ident!r} not found")
+        self.what = what
+        self.ident = ident
+
+
+class InvalidInput(TurnwiseError):
+    code = "BAD_USER_INPUT"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class InvalidState(TurnwiseError):
+    """The request is well formed but the current state forbids it (e.g. a message on a terminal session)."""
+
+    code = "INVALID_STATE"
+
+
+class Forbidden(TurnwiseError):
+    code = "FORBIDDEN"
+
+
+class Unauthenticated(TurnwiseError):
+    code = "UNAUTHENTICATED"
+
+
+class CorruptData(TurnwiseError):
+    """Stored data that the rules cannot interpret; never silently reset or repaired."""
+
+    code = "CORRUPT_DATA"

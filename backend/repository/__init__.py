@@ -1,0 +1,1 @@
+"""All SQL lives here; functions take a connection and never publish events."""

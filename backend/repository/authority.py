@@ -1,0 +1,119 @@
+"""The one rule: which turn is current and which clarification rows are active, as SQL expressions.
+
+Every consumer (projection, workflow guard, detach, expiry, response claim, recovery) builds its
+query from these functions, so SQLite and PostgreSQL and every code path agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, case, exists, func, not_, or_, select
+from sqlalchemy.sql.selectable import ScalarSelect
+
+from backend.db.sqlfuncs import json_flag, json_text
+from backend.db.tables import task_session_messages as M
+from backend.db.tables import task_session_turns as T
+from backend.domain.states import (
+    MESSAGE_KIND_CLARIFICATION,
+    MESSAGE_KIND_PERMISSION,
+    TERMINAL_SESSION_STATES,
+    ClarificationStatus,
+    PendingActionKind,
+)
+
+Col = ColumnElement[Any]
+
+
+def has_message_evidence(turn_id: Col) -> ColumnElement[bool]:
+    evidence = M.alias("evidence")
+    return exists().where(evidence.c.turn_id == turn_id)
+
+
+def is_authoritative_turn(turn: Any) -> ColumnElement[bool]:
+    """Conversational, and not an unpublished reservation unless attempted or referenced by a message."""
+    md = turn.c.metadata
+    return and_(
+        not_(json_flag(md, "lifecycle_only")),
+        or_(
+            not_(json_flag(md, "prompt_dispatch_pending")),
+            json_flag(md, "prompt_dispatch_attempted"),
+            has_message_evidence(turn.c.id),
+        ),
+    )
+
+
+def is_visible_turn(turn: Any) -> ColumnElement[bool]:
+    """Client turn history hides unpublished reservations until published or referenced by a message."""
+    return or_(not_(json_flag(turn.c.metadata, "prompt_dispatch_pending")), has_message_evidence(turn.c.id))
+
+
+def _newest_authoritative(session_id: Col, *, open_turns: bool) -> ScalarSelect[Any]:
+    t = T.alias("open_turn" if open_turns else "closed_turn")
+    state = t.c.completed_at.is_(None) if open_turns else t.c.completed_at.is_not(None)
+    return (
+        select(t.c.id)
+        .where(t.c.session_id == session_id, state, is_authoritative_turn(t))
+        .order_by(t.c.started_at.desc(), t.c.created_at.desc(), t.c.id.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def current_turn_id(session_id: Col) -> ColumnElement[Any]:
+    """Open before completed, then started_at, created_at, id descending.
+
+    Written as two index-ordered LIMIT 1 lookups rather than one ORDER BY over an expression, so the
+    cost does not grow with the session's turn history.
+    """
+    return func.coalesce(
+        _newest_authoritative(session_id, open_turns=True),
+        _newest_authoritative(session_id, open_turns=False),
+    )
+
+
+def is_pending_status(message: Any) -> ColumnElement[bool]:
+    """Status `pending`, or missing/empty (legacy); callers must already restrict to the current turn."""
+    return func.coalesce(json_text(message.c.metadata, "status"), "").in_([ClarificationStatus.PENDING, ""])
+
+
+def session_is_live(state: Col) -> ColumnElement[bool]:
+    return state.not_in(sorted(TERMINAL_SESSION_STATES))
+
+
+def is_kind(message: Any, kind: str) -> ColumnElement[bool]:
+    """A clarification row belongs to a bundle only through a non-empty pending_id; without one it is
+    unanswerable history and must not raise a question indicator."""
+    if kind != MESSAGE_KIND_CLARIFICATION:
+        return message.c.type == kind
+    return and_(message.c.type == kind, func.coalesce(json_text(message.c.metadata, "pending_id"), "") != "")
+
+
+def has_pending_kind(session_id: Col, turn_id: Col, kind: str) -> ColumnElement[bool]:
+    m = M.alias(f"pending_{kind}")
+    return exists().where(
+        m.c.turn_id == turn_id, m.c.session_id == session_id, is_kind(m, kind), is_pending_status(m)
+    )
+
+
+def pending_action(session_id: Col, state: Col, turn_id: Col) -> ColumnElement[Any]:
+    """Per-session projection: clarification outranks permission; terminal sessions are quarantined."""
+    return case(
+        (not_(session_is_live(state)), None),
+        (
+            has_pending_kind(session_id, turn_id, MESSAGE_KIND_CLARIFICATION),
+            PendingActionKind.CLARIFICATION.value,
+        ),
+        (has_pending_kind(session_id, turn_id, MESSAGE_KIND_PERMISSION), PendingActionKind.PERMISSION.value),
+        else_=None,
+    )
+
+
+def active_clarification_rows(message: Any, session_state: Col) -> ColumnElement[bool]:
+    """Rows of active bundles: clarification rows, pending, in the current turn of a live session."""
+    return and_(
+        is_kind(message, MESSAGE_KIND_CLARIFICATION),
+        is_pending_status(message),
+        message.c.turn_id == current_turn_id(message.c.session_id),
+        session_is_live(session_state),
+    )

@@ -1,0 +1,43 @@
+"""The meta table: the database-backed, monotonic revision epoch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import ScalarSelect
+
+from backend.db.tables import meta
+from backend.domain.errors import CorruptData
+
+EPOCH_KEY = "pending_action_epoch"
+
+
+def parse_epoch(value: Any) -> int:
+    if not isinstance(value, str) or not value.isdigit() or not value.isascii():
+        raise CorruptData(f"stored revision epoch {value!r} is not a decimal number")
+    return int(value)
+
+
+def epoch_value() -> ScalarSelect[Any]:
+    """Read in the same statement as the sequence, so the pair is one consistent snapshot."""
+    return select(meta.c.value).where(meta.c.key == EPOCH_KEY).scalar_subquery()
+
+
+async def advance_epoch(conn: AsyncConnection) -> int:
+    """Allocate the next epoch (once per server start). A corrupt stored value is an error, not a reset."""
+    current = (
+        await conn.execute(select(meta.c.value).where(meta.c.key == EPOCH_KEY).with_for_update())
+    ).scalar_one_or_none()
+    if current is None:
+        await conn.execute(insert(meta).values(key=EPOCH_KEY, value="1"))
+        return 1
+    nxt = parse_epoch(current) + 1
+    await conn.execute(update(meta).where(meta.c.key == EPOCH_KEY).values(value=str(nxt)))
+    return nxt
+
+
+async def read_epoch(conn: AsyncConnection) -> int:
+    value = (await conn.execute(select(meta.c.value).where(meta.c.key == EPOCH_KEY))).scalar_one_or_none()
+    return 0 if value is None else parse_epoch(value)

@@ -1,0 +1,110 @@
+"""Tasks and their sessions: creation, lookup, state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import utcnow
+from backend.db.tables import task_sessions, tasks
+from backend.domain.errors import NotFound
+from backend.domain.ids import new_id
+from backend.domain.records import SessionRecord, TaskRecord
+from backend.domain.states import SessionState
+from backend.repository import rows
+
+
+async def create_task(conn: AsyncConnection, title: str, workflow_step: str = "todo") -> TaskRecord:
+    now = utcnow()
+    record = TaskRecord(new_id(), title, workflow_step, now, now)
+    await conn.execute(
+        tasks.insert().values(
+            id=record.id, title=title, workflow_step=workflow_step, created_at=now, updated_at=now
+        )
+    )
+    return record
+
+
+async def get_task(conn: AsyncConnection, task_id: str) -> TaskRecord:
+    row = (await conn.execute(select(tasks).where(tasks.c.id == task_id))).first()
+    if row is None:
+        raise NotFound("task", task_id)
+    return rows.task(row)
+
+
+async def list_tasks(conn: AsyncConnection, task_ids: Sequence[str] | None = None) -> list[TaskRecord]:
+    query = select(tasks).order_by(tasks.c.created_at.desc(), tasks.c.id.desc())
+    if task_ids is not None:
+        query = query.where(tasks.c.id.in_(list(task_ids)))
+    return [rows.task(r) for r in await conn.execute(query)]
+
+
+async def set_workflow_step(conn: AsyncConnection, task_id: str, step: str) -> TaskRecord:
+    result = await conn.execute(
+        update(tasks).where(tasks.c.id == task_id).values(workflow_step=step, updated_at=utcnow())
+    )
+    if result.rowcount == 0:
+        raise NotFound("task", task_id)
+    return await get_task(conn, task_id)
+
+
+async def create_session(
+    conn: AsyncConnection, task_id: str, *, is_primary: bool, input_capable: bool
+) -> SessionRecord:
+    await get_task(conn, task_id)
+    now = utcnow()
+    if is_primary:
+        await conn.execute(
+            update(task_sessions)
+            .where(task_sessions.c.task_id == task_id, task_sessions.c.is_primary.is_(True))
+            .values(is_primary=False, updated_at=now)
+        )
+    record = SessionRecord(
+        new_id(), task_id, SessionState.CREATED.value, is_primary, input_capable, 0, now, now
+    )
+    await conn.execute(
+        task_sessions.insert().values(
+            id=record.id,
+            task_id=task_id,
+            state=record.state,
+            is_primary=is_primary,
+            input_capable=input_capable,
+            pending_seq=0,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return record
+
+
+async def get_session(conn: AsyncConnection, session_id: str) -> SessionRecord:
+    row = (await conn.execute(select(task_sessions).where(task_sessions.c.id == session_id))).first()
+    if row is None:
+        raise NotFound("session", session_id)
+    return rows.session(row)
+
+
+async def list_sessions(conn: AsyncConnection, task_ids: Sequence[str]) -> list[SessionRecord]:
+    query = (
+        select(task_sessions)
+        .where(task_sessions.c.task_id.in_(list(task_ids)))
+        .order_by(task_sessions.c.created_at, task_sessions.c.id)
+    )
+    return [rows.session(r) for r in await conn.execute(query)]
+
+
+async def set_session_state(conn: AsyncConnection, session_id: str, state: str) -> None:
+    await conn.execute(
+        update(task_sessions).where(task_sessions.c.id == session_id).values(state=state, updated_at=utcnow())
+    )
+
+
+async def bump_pending_seq(conn: AsyncConnection, session_id: str) -> None:
+    """Every write that can change the session's projection calls this inside its transaction."""
+    await conn.execute(
+        update(task_sessions)
+        .where(task_sessions.c.id == session_id)
+        .values(pending_seq=task_sessions.c.pending_seq + 1)
+    )

@@ -1,0 +1,78 @@
+"""Turns: start, complete, current turn and visible history (through the one rule)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import func, literal, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import utcnow
+from backend.db.tables import task_session_turns as T
+from backend.domain.errors import InvalidState, NotFound
+from backend.domain.ids import new_id
+from backend.domain.records import TurnRecord
+from backend.repository import rows
+from backend.repository.authority import current_turn_id, is_visible_turn
+
+_TICK = dt.timedelta(microseconds=1)
+
+
+async def current_turn(conn: AsyncConnection, session_id: str) -> str | None:
+    value = (await conn.execute(select(current_turn_id(literal(session_id))))).scalar_one_or_none()
+    return None if value is None else str(value)
+
+
+async def visible_turns(conn: AsyncConnection, session_id: str) -> list[TurnRecord]:
+    query = (
+        select(T)
+        .where(T.c.session_id == session_id, is_visible_turn(T))
+        .order_by(T.c.started_at, T.c.created_at, T.c.id)
+    )
+    return [rows.turn(r) for r in await conn.execute(query)]
+
+
+async def get_turn(conn: AsyncConnection, turn_id: str) -> TurnRecord:
+    row = (await conn.execute(select(T).where(T.c.id == turn_id))).first()
+    if row is None:
+        raise NotFound("turn", turn_id)
+    return rows.turn(row)
+
+
+async def insert_turn(
+    conn: AsyncConnection, session_id: str, metadata: dict[str, Any] | None = None
+) -> TurnRecord:
+    """Caller holds the session lock. A new turn never starts at or before an existing one, so the
+    newest turn wins the current-turn ordering even when the clock has not moved."""
+    now = utcnow()
+    latest = (
+        await conn.execute(select(func.max(T.c.started_at)).where(T.c.session_id == session_id))
+    ).scalar_one_or_none()
+    if latest is not None:
+        latest = latest if latest.tzinfo else latest.replace(tzinfo=dt.UTC)
+        now = max(now, latest + _TICK)
+    record = TurnRecord(new_id(), session_id, now, None, now, dict(metadata or {}))
+    await conn.execute(
+        T.insert().values(
+            id=record.id,
+            session_id=session_id,
+            started_at=now,
+            created_at=now,
+            completed_at=None,
+            metadata=record.metadata,
+        )
+    )
+    return record
+
+
+async def complete_turn(conn: AsyncConnection, turn: TurnRecord) -> TurnRecord:
+    if turn.completed_at is not None:
+        raise InvalidState(f"turn {turn.id!r} is already completed")
+    done = max(utcnow(), turn.started_at)
+    result = await conn.execute(
+        update(T).where(T.c.id == turn.id, T.c.completed_at.is_(None)).values(completed_at=done)
+    )
+    if result.rowcount != 1:
+        raise InvalidState(f"turn {turn.id!r} is already completed")
+    return await get_turn(conn, turn.id)

@@ -1,0 +1,1 @@
+"""Use cases: transactions, ordering of steps, and which events to publish after commit."""

@@ -1,0 +1,38 @@
+"""Builds and publishes the public events that follow a committed write."""
+
+from __future__ import annotations
+
+import logging
+
+from backend.events import TASK_CHANNEL, EventBus, session_channel
+
+log = logging.getLogger("turnwise.events")
+
+PRIVATE_TURN_KEY_PREFIX = "prompt_dispatch_"
+
+
+async def publish_session_change(
+    bus: EventBus,
+    *,
+    task_id: str,
+    session_id: str,
+    kind: str,
+    message_id: str | None = None,
+    turn_id: str | None = None,
+    content_only: bool = False,
+) -> None:
+    """Fan out one change. Publication failures are logged, never raised: the commit already
+    happened and clients converge on their next read."""
+    event: dict[str, object] = {
+        "type": kind,
+        "task_id": task_id,
+        "session_id": session_id,
+        "message_id": message_id,
+        "turn_id": turn_id,
+        "content_only": content_only,
+    }
+    try:
+        await bus.publish(session_channel(session_id), event)
+        await bus.publish(TASK_CHANNEL, event)
+    except Exception:
+        log.exception("event publication failed", extra={"event": kind, "session_id": session_id})

@@ -1,0 +1,154 @@
+"""Operator and agent writes on tasks, sessions, turns and messages."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from backend.domain.errors import InvalidInput, InvalidState
+from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
+from backend.domain.states import AUTHORS, TERMINAL_SESSION_STATES, SessionState
+from backend.repository import clarifications, locks, messages, tasks, turns
+from backend.services.context import Deps
+from backend.services.events_out import publish_session_change
+
+log = logging.getLogger("turnwise.operations")
+
+MAX_TITLE = 500
+MAX_CONTENT = 200_000
+POSTABLE_KINDS = frozenset({"message", "permission_request", "status", "tool_call", "thinking", "error"})
+
+
+def _text(field: str, value: str, *, limit: int, allow_empty: bool = False) -> str:
+    if not allow_empty and not value.strip():
+        raise InvalidInput(field, "must not be empty")
+    if len(value) > limit:
+        raise InvalidInput(field, f"must be at most {limit} characters")
+    return value
+
+
+@dataclass
+class Operations:
+    deps: Deps
+
+    async def create_task(self, title: str) -> TaskRecord:
+        title = _text("title", title, limit=MAX_TITLE).strip()
+        async with self.deps.db.write() as conn:
+            return await tasks.create_task(conn, title)
+
+    async def create_session(self, task_id: str, *, is_primary: bool, input_capable: bool) -> SessionRecord:
+        async with self.deps.db.write() as conn:
+            return await tasks.create_session(
+                conn, task_id, is_primary=is_primary, input_capable=input_capable
+            )
+
+    async def set_session_state(self, session_id: str, state: SessionState) -> SessionRecord:
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            session = await tasks.get_session(conn, session_id)
+            if session.state in TERMINAL_SESSION_STATES and state != session.state:
+                raise InvalidState(f"session {session_id!r} is {session.state}; a terminal state is final")
+            expired: list[str] = []
+            if state in TERMINAL_SESSION_STATES:
+                expired = await clarifications.expire_current_turn_bundles(conn, session_id)
+            await tasks.set_session_state(conn, session_id, state.value)
+            await tasks.bump_pending_seq(conn, session_id)
+            updated = await tasks.get_session(conn, session_id)
+        for message_id in expired:
+            log.info("clarification expired", extra={"session_id": session_id, "message_id": message_id})
+            await publish_session_change(
+                self.deps.bus,
+                task_id=updated.task_id,
+                session_id=session_id,
+                kind="message.updated",
+                message_id=message_id,
+            )
+        await publish_session_change(
+            self.deps.bus, task_id=updated.task_id, session_id=session_id, kind="session.state"
+        )
+        return updated
+
+    async def start_turn(self, session_id: str, *, lifecycle_only: bool = False) -> TurnRecord:
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            session = await tasks.get_session(conn, session_id)
+            if session.state in TERMINAL_SESSION_STATES:
+                raise InvalidState(f"session {session_id!r} is {session.state}; no new turn can start")
+            turn = await turns.insert_turn(
+                conn, session_id, {"lifecycle_only": True} if lifecycle_only else {}
+            )
+            await tasks.bump_pending_seq(conn, session_id)
+        await publish_session_change(
+            self.deps.bus,
+            task_id=session.task_id,
+            session_id=session_id,
+            kind="turn.started",
+            turn_id=turn.id,
+        )
+        return turn
+
+    async def complete_turn(self, turn_id: str) -> TurnRecord:
+        async with self.deps.db.write() as conn:
+            turn = await turns.get_turn(conn, turn_id)
+            await locks.lock_sessions(conn, [turn.session_id])
+            turn = await turns.complete_turn(conn, await turns.get_turn(conn, turn_id))
+            session = await tasks.get_session(conn, turn.session_id)
+            await tasks.bump_pending_seq(conn, turn.session_id)
+        await publish_session_change(
+            self.deps.bus,
+            task_id=session.task_id,
+            session_id=session.id,
+            kind="turn.completed",
+            turn_id=turn.id,
+        )
+        return turn
+
+    async def post_message(self, session_id: str, *, content: str, author: str, kind: str) -> MessageRecord:
+        content = _text("content", content, limit=MAX_CONTENT)
+        if author not in AUTHORS:
+            raise InvalidInput("author", f"must be one of {', '.join(sorted(AUTHORS))}")
+        if kind not in POSTABLE_KINDS:
+            raise InvalidInput("kind", f"must be one of {', '.join(sorted(POSTABLE_KINDS))}")
+        metadata = {"status": "pending"} if kind == "permission_request" else {}
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            session = await tasks.get_session(conn, session_id)
+            if session.state in TERMINAL_SESSION_STATES:
+                raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new messages")
+            turn_id = await turns.current_turn(conn, session_id)
+            if turn_id is None:
+                turn_id = (await turns.insert_turn(conn, session_id)).id
+            message = await messages.insert_message(
+                conn,
+                session_id=session_id,
+                turn_id=turn_id,
+                kind=kind,
+                author=author,
+                content=content,
+                metadata=metadata,
+            )
+            await tasks.bump_pending_seq(conn, session_id)
+        await publish_session_change(
+            self.deps.bus,
+            task_id=session.task_id,
+            session_id=session_id,
+            kind="message.added",
+            message_id=message.id,
+        )
+        return message
+
+    async def delete_message(self, message_id: str) -> bool:
+        async with self.deps.db.write() as conn:
+            message = await messages.get_message(conn, message_id)
+            await locks.lock_sessions(conn, [message.session_id])
+            session = await tasks.get_session(conn, message.session_id)
+            await messages.delete_message(conn, message_id)
+            await tasks.bump_pending_seq(conn, message.session_id)
+        await publish_session_change(
+            self.deps.bus,
+            task_id=session.task_id,
+            session_id=session.id,
+            kind="message.deleted",
+            message_id=message_id,
+        )
+        return True
