@@ -10,7 +10,9 @@ from pathlib import Path
 
 def available() -> list[str]:
     here = Path(__file__).parent
-    return sorted(m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_") and m.name != "common")
+    return sorted(
+        m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_") and m.name != "common"
+    )
 
 
 def main(argv: list[str]) -> int:
