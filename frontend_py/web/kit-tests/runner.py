@@ -6,6 +6,7 @@ import sys
 import time
 
 TEST_DIR = "tests/kit"
+RUNNING: list[object] = []
 
 
 def _millis() -> int:
@@ -65,6 +66,7 @@ async def run_all() -> dict[str, object]:
 
 
 async def main() -> None:
+    """Run the suite and write the report into ``<pre id="results">`` (PyScript only)."""
     from pyscript import document  # type: ignore[import-not-found]
 
     try:
@@ -79,3 +81,10 @@ async def main() -> None:
     node = document.getElementById("results")
     node.textContent = json.dumps(report)
     node.setAttribute("data-done", "true")
+
+
+if __name__ == "__main__":
+    # The page runs this file as its script; importing it runs nothing.
+    import asyncio
+
+    RUNNING.append(asyncio.create_task(main()))  # held so the task is not collected mid-run
