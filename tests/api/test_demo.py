@@ -1,0 +1,57 @@
+"""`turnwise demo` (what `make run` starts) serves the API with demo data and prints working URLs."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from tests.servers import free_port
+
+
+def test_demo_prints_working_urls_and_serves_demo_data() -> None:
+    port = free_port()
+    data_home = tempfile.mkdtemp(prefix="turnwise-demo-")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TURNWISE_")}
+    env.update(XDG_DATA_HOME=data_home, TURNWISE_PORT=str(port))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli", "demo"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        banner = ""
+        deadline = time.monotonic() + 30
+        while "database:" not in banner and time.monotonic() < deadline:
+            banner += proc.stdout.readline().decode()
+        token = re.search(r"token:\s+(\S+)", banner)
+        assert token, banner
+        assert f"http://127.0.0.1:{port}/graphql" in banner
+        assert f"http://127.0.0.1:{port}/#token={token.group(1)}" in banner
+        assert data_home in banner, "the embedded database lives in the per-user data folder"
+        base = f"http://127.0.0.1:{port}"
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        body = httpx.post(
+            f"{base}/graphql",
+            json={"query": "{ tasks { title sessions { pendingAction } } }"},
+            headers={"Authorization": f"Bearer {token.group(1)}"},
+        ).json()
+        titles = {t["title"] for t in body["data"]["tasks"]}
+        assert "Review the migration plan" in titles
+        actions = {s["pendingAction"] for t in body["data"]["tasks"] for s in t["sessions"]}
+        assert "PERMISSION" in actions
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
