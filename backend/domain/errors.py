@@ -44,3 +44,13 @@ class CorruptData(TurnwiseError):
     """Stored data that the rules cannot interpret; never silently reset or repaired."""
 
     code = "CORRUPT_DATA"
+
+
+class SummaryConvergenceError(TurnwiseError):
+    """Task summaries could not be reconciled within the bounded compare-and-set retries."""
+
+    code = "SUMMARY_NOT_CONVERGED"
+
+    def __init__(self, task_ids: list[str]) -> None:
+        super().__init__(f"task summaries did not converge: {', '.join(sorted(task_ids))}")
+        self.task_ids = task_ids

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from backend.services.context import Deps
 from backend.services.operations import Operations
 from backend.services.reads import Reads
+from backend.services.summaries import Summaries
 
 
 @dataclass
@@ -14,7 +15,10 @@ class Services:
     deps: Deps
     operations: Operations
     reads: Reads
+    summaries: Summaries
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
-        return cls(deps=deps, operations=Operations(deps), reads=Reads(deps))
+        return cls(
+            deps=deps, operations=Operations(deps), reads=Reads(deps), summaries=Summaries(deps)
+        )

@@ -1,0 +1,85 @@
+"""Task status summaries: batched reads and compare-and-set writes of the cached pending action."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import utcnow
+from backend.db.tables import task_status_summaries as S
+from backend.domain.errors import CorruptData
+from backend.domain.records import SummaryRecord
+from backend.repository.rows import metadata_of
+
+
+def _record(row: Any) -> SummaryRecord:
+    m = row._mapping
+    revision = m["revision"]
+    if not isinstance(revision, int) or revision < 0:
+        raise CorruptData(f"task {m['task_id']}: summary revision {revision!r} is not a count")
+    return SummaryRecord(
+        m["task_id"],
+        revision,
+        m["pending_action"],
+        metadata_of(m["fields"], where=f"summary {m['task_id']}"),
+        m["updated_at"],
+    )
+
+
+async def read_summaries(conn: AsyncConnection, task_ids: Sequence[str]) -> dict[str, SummaryRecord]:
+    """One statement for the whole batch."""
+    if not task_ids:
+        return {}
+    result = await conn.execute(select(S).where(S.c.task_id.in_(list(dict.fromkeys(task_ids)))))
+    return {r.task_id: _record(r) for r in result}
+
+
+async def insert_missing(
+    conn: AsyncConnection, pending: Mapping[str, str | None]
+) -> dict[str, SummaryRecord]:
+    """Create revision-1 summaries; a row another writer created meanwhile is left alone (not returned)."""
+    if not pending:
+        return {}
+    now = utcnow()
+    values: list[dict[str, object]] = [
+        {"task_id": t, "revision": 1, "pending_action": p, "fields": {}, "updated_at": now}
+        for t, p in pending.items()
+    ]
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    statement = dialect.insert(S).values(values).on_conflict_do_nothing(index_elements=[S.c.task_id])
+    result = await conn.execute(statement.returning(*S.c))
+    return {r.task_id: _record(r) for r in result}
+
+
+async def compare_and_set(
+    conn: AsyncConnection, changes: Mapping[str, tuple[int, str | None]]
+) -> dict[str, SummaryRecord]:
+    """Set each task's pending action and advance its revision, only where the stored revision is still
+    the one given (task_id -> (expected revision, new pending action)). Returns the rows that won.
+
+    `fields` is never written, so unrelated summary content survives. One UPDATE per distinct
+    pending value (at most three), whatever the number of tasks.
+    """
+    by_value: dict[str | None, list[tuple[str, int]]] = {}
+    for task_id, (expected, value) in changes.items():
+        by_value.setdefault(value, []).append((task_id, expected))
+    now = utcnow()
+    won: dict[str, SummaryRecord] = {}
+    for value, keys in by_value.items():
+        result = await conn.execute(
+            update(S)
+            .where(tuple_(S.c.task_id, S.c.revision).in_(keys))
+            .values(pending_action=value, revision=S.c.revision + 1, updated_at=now)
+            .returning(*S.c)
+        )
+        won.update({r.task_id: _record(r) for r in result})
+    return won
+
+
+async def bump_revisions(conn: AsyncConnection, task_ids: Sequence[str]) -> None:
+    """A competing writer for the `summary.cas_conflict` fault point: makes every CAS on these lose."""
+    await conn.execute(update(S).where(S.c.task_id.in_(list(task_ids))).values(revision=S.c.revision + 1))

@@ -1,0 +1,144 @@
+"""Task status summaries: reconcile the cached pending action from the one derivation, publish changes.
+
+A summary is a cache. Reconciliation reads the stored summaries first and the derivation second (so
+a reconciler can only write a state at least as new as the one it compares against), then writes by
+compare-and-set: revision advances only on a semantic change, `fields` is never touched, and a lost
+race re-reads and retries a bounded number of times. Every written summary is published whole on
+SUMMARY_CHANNEL.
+
+Callers:
+- `tasks` / `task` reads (through the API's task loader) use `reconcile`; a task whose repair did
+  not converge gets `summary: null` so clients drop their cached one.
+- the respond-restore path calls `refresh`, which raises SummaryConvergenceError instead of
+  acknowledging convergence it could not confirm.
+- the live projector (backend/services/live.py) reconciles the tasks named by session-change
+  events in every process; compare-and-set makes the duplicate work harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from backend.domain.errors import SummaryConvergenceError
+from backend.domain.pending import task_pending_action
+from backend.domain.records import SessionPending, SessionRecord, SummaryRecord
+from backend.repository import pending, summaries, tasks
+from backend.services.context import Deps
+
+log = logging.getLogger("turnwise.summaries")
+
+SUMMARY_CHANNEL = "turnwise.summary"
+FAULT_CAS_CONFLICT = "summary.cas_conflict"
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """One task's reconciled summary (None: repair failed) and the session projections it came from."""
+
+    summary: SummaryRecord | None
+    sessions: list[SessionRecord]
+    projections: dict[str, SessionPending]
+
+
+def summary_event(s: SummaryRecord) -> dict[str, object]:
+    return {
+        "task_id": s.task_id,
+        "revision": s.revision,
+        "pending_action": s.pending_action,
+        "updated_at": s.updated_at.isoformat(),
+    }
+
+
+@dataclass
+class Summaries:
+    deps: Deps
+    attempts: int = 3
+    backoff_seconds: tuple[float, ...] = field(default=(0.005, 0.02))
+
+    async def refresh(self, task_ids: Iterable[str]) -> dict[str, SummaryRecord]:
+        """Reconcile and publish; raise unless every existing task's summary durably converged."""
+        views = await self.reconcile(task_ids)
+        failed = [t for t, v in views.items() if v.summary is None]
+        if failed:
+            raise SummaryConvergenceError(failed)
+        return {t: v.summary for t, v in views.items() if v.summary is not None}
+
+    async def reconcile(self, task_ids: Iterable[str]) -> dict[str, TaskView]:
+        """Views of the existing tasks among `task_ids` (unknown ids are left out).
+
+        A constant number of statements per attempt, whatever the number of tasks.
+        """
+        remaining = list(dict.fromkeys(task_ids))
+        out: dict[str, TaskView] = {}
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff_seconds[min(attempt - 1, len(self.backoff_seconds) - 1)])
+            lost = await self._attempt(remaining, out)
+            if not lost:
+                return out
+            remaining = lost
+        for task_id in remaining:
+            log.warning("summary repair failed", extra={"event": "summary.repair_failed", "task_id": task_id})
+            view = out[task_id]
+            out[task_id] = TaskView(None, view.sessions, view.projections)
+        return out
+
+    async def _attempt(self, task_ids: Sequence[str], out: dict[str, TaskView]) -> list[str]:
+        """One read-compare-write round; returns the tasks whose write lost a race."""
+        async with self.deps.db.read() as conn:
+            stored = await summaries.read_summaries(conn, task_ids)
+            existing = {t.id for t in await tasks.list_tasks(conn, task_ids)}
+            sessions = await tasks.list_sessions(conn, [t for t in task_ids if t in existing])
+            projections = await pending.pending_for_sessions(conn, [s.id for s in sessions])
+        by_task: dict[str, list[SessionRecord]] = {t: [] for t in existing}
+        for s in sessions:
+            by_task[s.task_id].append(s)
+        missing: dict[str, str | None] = {}
+        changes: dict[str, tuple[int, str | None]] = {}
+        for task_id in task_ids:
+            if task_id not in existing:
+                continue
+            session_projections = {s.id: projections[s.id] for s in by_task[task_id] if s.id in projections}
+            derived = task_pending_action(session_projections.values())
+            held = stored.get(task_id)
+            out[task_id] = TaskView(held, by_task[task_id], session_projections)
+            if held is None:
+                missing[task_id] = derived
+            elif held.pending_action != derived:
+                changes[task_id] = (held.revision, derived)
+        if not missing and not changes:
+            return []
+        async with self.deps.db.write() as conn:
+            if FAULT_CAS_CONFLICT in self.deps.settings.fault_points and changes:
+                await summaries.bump_revisions(conn, list(changes))
+            written = await summaries.insert_missing(conn, missing)
+            written.update(await summaries.compare_and_set(conn, changes))
+        for task_id, summary in written.items():
+            view = out[task_id]
+            out[task_id] = TaskView(summary, view.sessions, view.projections)
+            if task_id in changes:
+                log.info(
+                    "summary repaired",
+                    extra={
+                        "event": "summary.repaired",
+                        "task_id": task_id,
+                        "revision": summary.revision,
+                        "pending_action": summary.pending_action,
+                    },
+                )
+        await self._publish(written.values())
+        return [t for t in (*missing, *changes) if t not in written]
+
+    async def _publish(self, written: Iterable[SummaryRecord]) -> None:
+        # The write is committed: a failed publication is logged and clients converge on their next read.
+        for summary in written:
+            try:
+                await self.deps.bus.publish(SUMMARY_CHANNEL, summary_event(summary))
+            except Exception:
+                log.exception(
+                    "summary publication failed",
+                    extra={"event": "summary.publish_failed", "task_id": summary.task_id},
+                )
