@@ -19,6 +19,4 @@ class Services:
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
-        return cls(
-            deps=deps, operations=Operations(deps), reads=Reads(deps), summaries=Summaries(deps)
-        )
+        return cls(deps=deps, operations=Operations(deps), reads=Reads(deps), summaries=Summaries(deps))

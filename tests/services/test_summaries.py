@@ -21,7 +21,9 @@ async def running_session(services: Services, title: str = "t") -> tuple[str, st
     return task.id, session.id
 
 
-async def test_stale_summary_is_repaired_with_a_newer_revision_and_unrelated_fields_kept(db: Database) -> None:
+async def test_stale_summary_is_repaired_with_a_newer_revision_and_unrelated_fields_kept(
+    db: Database,
+) -> None:
     async with services_for(db) as services:
         task_id, _ = await running_session(services)
         async with db.write() as conn:
