@@ -133,6 +133,19 @@ task_grants = Table(
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
 )
 
+# A held agentPrompts subscription, with a lease that the holding process renews; any process can
+# then decide "no runner connected" (a dispatch known not to have been delivered) from the database.
+agent_runners = Table(
+    "agent_runners",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("instance_id", String(64), nullable=False),
+    Column("connected_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index("ix_agent_runners_session", "session_id", "expires_at"),
+)
+
 meta = Table(
     "turnwise_meta",
     metadata,
