@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend.config import Settings
 from backend.db.engine import Database
+from backend.domain.ids import new_id
 from backend.events import EventBus
 
 
@@ -14,3 +15,5 @@ class Deps:
     db: Database
     bus: EventBus
     settings: Settings
+    # Identifies this server process in durable rows (runner leases, waiters) shared with others.
+    instance_id: str = field(default_factory=new_id)
