@@ -84,8 +84,9 @@ def session_is_live(state: Col) -> ColumnElement[bool]:
 def is_kind(message: Any, kind: str) -> ColumnElement[bool]:
     """A clarification row belongs to a bundle only through a non-empty pending_id; without one it is
     unanswerable history and must not raise a question indicator."""
+    is_type: ColumnElement[bool] = message.c.type == kind
     if kind != MESSAGE_KIND_CLARIFICATION:
-        return message.c.type == kind
+        return is_type
     return and_(message.c.type == kind, func.coalesce(json_text(message.c.metadata, "pending_id"), "") != "")
 
 
