@@ -1,0 +1,1 @@
+"""How a prompt reaches an agent: one small interface, several transports."""
