@@ -1,7 +1,11 @@
 """Access rules: who may read, answer, or act as the agent of a task or session.
 
 Every resolver calls one of these before touching data. An error never says whether an
-inaccessible id exists: denial and absence raise the same NotFound.
+inaccessible id exists: denial and absence raise the same NotFound, naming only the id asked for.
+
+Roles: `admin` everything; `support` reads every task, writes nothing; `user` reads and answers
+the tasks granted to it; `agent` reads its session's task and acts (ask, post, complete turns,
+receive prompts) only in its one session.
 """
 
 from __future__ import annotations
@@ -9,11 +13,18 @@ from __future__ import annotations
 from backend.api.auth import Principal
 from backend.domain.errors import Forbidden, NotFound
 
+READ_ALL_ROLES = ("admin", "support")
+
 
 def can_read_task(principal: Principal, task_id: str) -> bool:
-    if principal.role in ("admin", "support"):
+    if principal.role in READ_ALL_ROLES:
         return True
     return task_id in principal.task_ids
+
+
+def readable_task_ids(principal: Principal) -> frozenset[str] | None:
+    """The tasks the principal may list; None means every task."""
+    return None if principal.role in READ_ALL_ROLES else principal.task_ids
 
 
 def require_task_read(principal: Principal, task_id: str) -> None:
@@ -21,17 +32,32 @@ def require_task_read(principal: Principal, task_id: str) -> None:
         raise NotFound("task", task_id)
 
 
+def require_session_read(principal: Principal, session_id: str, task_id: str) -> None:
+    """Read a session (of `task_id`); the error names the session only, never its task."""
+    if not can_read_task(principal, task_id):
+        raise NotFound("session", session_id)
+
+
 def require_task_answer(principal: Principal, task_id: str) -> None:
-    """Answer, skip or cancel a clarification of the task (support staff only read)."""
+    """Answer, skip or cancel a clarification of the task (support staff and agents only read)."""
     require_task_read(principal, task_id)
-    if principal.role == "support":
-        raise Forbidden("support access is read-only")
+    if principal.role not in ("admin", "user"):
+        raise Forbidden(f"the {principal.role} role cannot answer clarifications")
 
 
-def require_session_agent(principal: Principal, session_id: str) -> None:
-    """Act as the agent of this session: ask, post, complete turns, receive prompts."""
+def require_session_agent(principal: Principal, session_id: str, task_id: str | None = None) -> None:
+    """Act as the agent of this session: ask, post, complete turns, receive prompts.
+
+    With `task_id`, a caller who may read the session gets Forbidden; anyone else NotFound.
+    """
     if principal.role == "admin":
         return
     if principal.role == "agent" and principal.session_id == session_id:
         return
+    if task_id is not None and can_read_task(principal, task_id):
+        raise Forbidden("only the session's agent or an admin may do this")
     raise NotFound("session", session_id)
+
+
+def require_admin(principal: Principal) -> None:
+    principal.require_admin()

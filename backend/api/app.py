@@ -52,6 +52,8 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
         async with db.write() as conn:
             runtime.epoch = await meta.advance_epoch(conn)
         await bus.connect()
+        # One bus subscription per channel for the whole process; subscriptions fan out from it.
+        await services.live.start()
         try:
             # Recovery runs before the server admits traffic; an error stops startup.
             for step in runtime.startup_steps:
@@ -61,6 +63,7 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             yield
         finally:
             runtime.ready = False
+            await services.live.stop()
             await bus.disconnect()
             await db.dispose()
 
@@ -82,8 +85,8 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
 
     view = GraphQLView(
         services,
-        Authenticator(settings.bootstrap_token),
-        schema=build_schema(max_depth=settings.max_query_depth),
+        Authenticator(settings.bootstrap_token, services.access),
+        schema=build_schema(max_depth=settings.max_query_depth, max_bytes=settings.max_query_bytes),
         graphql_ide="graphiql",
         allowed_origins=settings.allowed_origins,
         max_subscriptions_per_connection=settings.subscriptions_per_connection,

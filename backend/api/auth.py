@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.domain.errors import Forbidden, Unauthenticated
+from backend.services.access import Access
 
 ROLES = ("user", "support", "agent", "admin")
 
@@ -55,14 +56,24 @@ def bearer_from_params(params: Mapping[str, Any] | None) -> str | None:
 
 
 class Authenticator:
-    """Resolves tokens to principals. The bootstrap token (TURNWISE_BOOTSTRAP_TOKEN) is an admin."""
+    """Resolves tokens to principals: the bootstrap token (TURNWISE_BOOTSTRAP_TOKEN) is an admin, any
+    other token is looked up by its hash, with the user's granted tasks, once per request/connection."""
 
-    def __init__(self, bootstrap_token: str | None) -> None:
+    def __init__(self, bootstrap_token: str | None, access: Access | None = None) -> None:
         self._bootstrap = bootstrap_token
+        self._access = access
 
     async def authenticate(self, token: str | None) -> Principal:
         if not token:
             raise Unauthenticated("missing bearer token")
         if self._bootstrap and hmac.compare_digest(token.encode(), self._bootstrap.encode()):
             return Principal(user_id="bootstrap", role="admin")
-        raise Unauthenticated("invalid or revoked token")
+        identity = None if self._access is None else await self._access.identity(token)
+        if identity is None:
+            raise Unauthenticated("invalid or revoked token")
+        return Principal(
+            user_id=identity.user_id,
+            role=identity.role,
+            session_id=identity.session_id,
+            task_ids=identity.task_ids,
+        )

@@ -11,6 +11,7 @@ from backend.api.auth import Principal
 from backend.domain.errors import Unauthenticated
 from backend.domain.records import SessionPending, SessionRecord
 from backend.services.container import Services
+from backend.services.summaries import TaskView
 
 
 @dataclass
@@ -22,10 +23,13 @@ class Context:
     connection_params: dict[str, Any] | None = None
     sessions_by_task: DataLoader[str, list[SessionRecord]] = field(init=False)
     pending_by_session: DataLoader[str, SessionPending | None] = field(init=False)
+    # Task list / boot: summaries reconciled together with the session projections they derive from.
+    task_views: DataLoader[str, TaskView | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.sessions_by_task = DataLoader(load_fn=self._load_sessions)
         self.pending_by_session = DataLoader(load_fn=self._load_pending)
+        self.task_views = DataLoader(load_fn=self._load_task_views)
 
     @property
     def principal(self) -> Principal:
@@ -40,6 +44,14 @@ class Context:
             by_task[s.task_id].append(s)
             self.pending_by_session.prime(s.id, projections.get(s.id))
         return [by_task[t] for t in task_ids]
+
+    async def _load_task_views(self, task_ids: list[str]) -> list[TaskView | None]:
+        views = await self.services.summaries.reconcile(task_ids)
+        for task_id, view in views.items():
+            self.sessions_by_task.prime(task_id, view.sessions)
+            for session_id, projection in view.projections.items():
+                self.pending_by_session.prime(session_id, projection)
+        return [views.get(t) for t in task_ids]
 
     async def _load_pending(self, session_ids: list[str]) -> list[SessionPending | None]:
         projections = await self.services.reads.pending_for_sessions(session_ids)

@@ -12,6 +12,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 
+from backend.api import graphiql
 from backend.api.auth import Authenticator, bearer_from_header, bearer_from_params
 from backend.api.context import Context
 from backend.domain.errors import TurnwiseError
@@ -32,6 +33,12 @@ class GraphQLView(GraphQL[Context, None]):
         super().__init__(**kwargs)
         self.services = services
         self.authenticator = authenticator
+        self._ide_html = graphiql.page()
+
+    @property
+    def graphql_ide_html(self) -> str:
+        # Local assets only: the default page would load React and GraphiQL from a CDN.
+        return self._ide_html
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not _wants_ide(scope):

@@ -6,34 +6,46 @@ import datetime as dt
 from functools import partial
 
 import strawberry
-from strawberry.schema.config import StrawberryConfig
 from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
+from strawberry.schema.config import StrawberryConfig
 
+from backend.api.admin import AccessMutations, AccessQueries
 from backend.api.errors import ErrorPolicy
+from backend.api.limits import max_query_bytes
+from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.scalars import DateTime
 
 
 @strawberry.type
-class Query(OperationQueries):
+class Query(OperationQueries, AccessQueries):
     pass
 
 
 @strawberry.type
-class Mutation(OperationMutations):
+class Mutation(OperationMutations, AccessMutations):
     pass
 
 
-def build_schema(*, max_depth: int = 12, max_tokens: int = 5000) -> strawberry.Schema:
+@strawberry.type
+class Subscription(LiveSubscriptions):
+    pass
+
+
+def build_schema(
+    *, max_depth: int = 12, max_tokens: int = 5000, max_bytes: int = 64_000
+) -> strawberry.Schema:
     return strawberry.Schema(
         query=Query,
         mutation=Mutation,
+        subscription=Subscription,
         config=StrawberryConfig(scalar_map={dt.datetime: DateTime}),
         # Factories, not instances: each operation gets its own extension state.
         extensions=[
             ErrorPolicy,
             partial(QueryDepthLimiter, max_depth=max_depth),
             partial(MaxTokensLimiter, max_token_count=max_tokens),
+            max_query_bytes(max_bytes),
         ],
     )
 

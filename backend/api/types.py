@@ -16,6 +16,7 @@ from backend.domain.records import (
     Revision,
     SessionPending,
     SessionRecord,
+    SummaryRecord,
     TaskRecord,
     TurnRecord,
 )
@@ -105,6 +106,15 @@ class TaskStatusSummary:
     revision: int
     pending_action: PendingActionKind | None
     updated_at: dt.datetime
+
+    @classmethod
+    def of(cls, s: SummaryRecord) -> TaskStatusSummary:
+        return cls(
+            task_id=strawberry.ID(s.task_id),
+            revision=s.revision,
+            pending_action=pending_kind(s.pending_action),
+            updated_at=s.updated_at,
+        )
 
 
 @strawberry.type
@@ -283,18 +293,25 @@ class Task:
 
     @strawberry.field
     async def primary_session_id(self, info: Info[Context, None]) -> strawberry.ID | None:
-        for s in await info.context.sessions_by_task.load(self.record.id):
+        for s in await self._sessions(info):
             if s.is_primary:
                 return strawberry.ID(s.id)
         return None
 
     @strawberry.field(description="Null tells a client to drop its cached summary.")
     async def summary(self, info: Info[Context, None]) -> TaskStatusSummary | None:
-        # Summary reconciliation arrives with the projection API; until then clients derive from sessions.
-        return None
+        view = await info.context.task_views.load(self.record.id)
+        return None if view is None or view.summary is None else TaskStatusSummary.of(view.summary)
+
+    async def _sessions(self, info: Info[Context, None]) -> list[SessionRecord]:
+        # The same read that reconciled the summary, so a task row and its sessions agree.
+        view = await info.context.task_views.load(self.record.id)
+        if view is None:
+            return await info.context.sessions_by_task.load(self.record.id)
+        return view.sessions
 
     @strawberry.field(description="Authoritative; the request fails if projection fails.")
     async def sessions(
         self, info: Info[Context, None]
     ) -> list[Annotated[TaskSession, strawberry.lazy("backend.api.types")]]:
-        return [TaskSession(record=s) for s in await info.context.sessions_by_task.load(self.record.id)]
+        return [TaskSession(record=s) for s in await self._sessions(info)]

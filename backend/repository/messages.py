@@ -76,3 +76,11 @@ async def page_messages(
 
 async def delete_message(conn: AsyncConnection, message_id: str) -> None:
     await conn.execute(delete(M).where(M.c.id == message_id))
+
+
+async def get_messages(conn: AsyncConnection, message_ids: list[str]) -> dict[str, MessageRecord]:
+    """The messages that still exist among these ids, in one statement (absent ids are left out)."""
+    if not message_ids:
+        return {}
+    result = await conn.execute(select(M).where(M.c.id.in_(list(dict.fromkeys(message_ids)))))
+    return {r.id: rows.message(r) for r in result}

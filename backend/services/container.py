@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.services.access import Access
 from backend.services.context import Deps
+from backend.services.live import LiveHub
 from backend.services.operations import Operations
 from backend.services.reads import Reads
 from backend.services.summaries import Summaries
@@ -16,7 +18,17 @@ class Services:
     operations: Operations
     reads: Reads
     summaries: Summaries
+    access: Access
+    live: LiveHub
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
-        return cls(deps=deps, operations=Operations(deps), reads=Reads(deps), summaries=Summaries(deps))
+        summaries = Summaries(deps)
+        return cls(
+            deps=deps,
+            operations=Operations(deps),
+            reads=Reads(deps),
+            summaries=summaries,
+            access=Access(deps),
+            live=LiveHub(deps, summaries),
+        )

@@ -1,0 +1,143 @@
+"""Subscriptions over the live hub: pending projections, session message events, task summaries.
+
+`pendingActionChanged` and `taskSummaryChanged` send a snapshot of their scope first and then
+changes, so a reconnecting client converges without any replay; each subscriber's mailbox holds
+the newest state per session (per task), never a backlog. `sessionEvents` has no snapshot: a client
+loads `sessionMessages` and applies events from then on (events older than what it holds lose on
+the projection revision, and message events are idempotent re-reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+
+import strawberry
+from strawberry.types import Info
+
+from backend.api import access
+from backend.api.auth import Principal
+from backend.api.context import Context
+from backend.api.types import Message, MessageEventKind, SessionProjection, TaskStatusSummary
+from backend.domain.errors import NotFound
+from backend.domain.records import SessionPending
+from backend.services.live import SessionChange
+
+
+@strawberry.type
+class SessionEvent:
+    kind: MessageEventKind
+    message_id: strawberry.ID
+    message: Message | None = strawberry.field(description="Null for DELETED.")
+    projection: SessionProjection | None = strawberry.field(
+        description="Null: could not be computed, or a content-only update; keep the old one."
+    )
+
+    @classmethod
+    def of(cls, change: SessionChange) -> SessionEvent:
+        return cls(
+            kind=MessageEventKind(change.kind),
+            message_id=strawberry.ID(change.message_id),
+            message=None
+            if change.message is None or change.kind == "deleted"
+            else Message.of(change.message),
+            projection=None if change.projection is None else SessionProjection.of(change.projection),
+        )
+
+
+async def _session_task(info: Info[Context, None], session_id: str) -> str:
+    """The session's task, if the caller may read it; NotFound naming only the session otherwise."""
+    try:
+        task_id = await info.context.services.access.session_owner(session_id)
+    except NotFound:
+        raise NotFound("session", session_id) from None
+    access.require_session_read(info.context.principal, session_id, task_id)
+    return task_id
+
+
+def _readable(principal: Principal, task_id: str) -> bool:
+    return access.can_read_task(principal, task_id)
+
+
+async def _all_readable_tasks(info: Info[Context, None]) -> list[str]:
+    readable = access.readable_task_ids(info.context.principal)
+    if readable is not None:
+        return sorted(readable)
+    return [t.id for t in await info.context.services.reads.tasks()]
+
+
+@strawberry.type
+class LiveSubscriptions:
+    @strawberry.subscription(description="Snapshot of the scope's session projections first, then changes.")
+    async def pending_action_changed(
+        self,
+        info: Info[Context, None],
+        task_id: strawberry.ID | None = None,
+        session_id: strawberry.ID | None = None,
+    ) -> AsyncGenerator[SessionProjection, None]:
+        principal = info.context.principal
+        services = info.context.services
+        if session_id is not None:
+            sid = str(session_id)
+            owner = await _session_task(info, sid)
+            if task_id is not None and str(task_id) != owner:
+                raise NotFound("session", sid)
+
+            def scope(t: str, s: str) -> bool:
+                return s == sid
+
+            task_ids = [owner]
+        elif task_id is not None:
+            tid = str(task_id)
+            access.require_task_read(principal, tid)
+            await services.reads.task(tid)
+
+            def scope(t: str, s: str) -> bool:
+                return t == tid
+
+            task_ids = [tid]
+        else:
+
+            def scope(t: str, s: str) -> bool:
+                return _readable(principal, t)
+
+            task_ids = await _all_readable_tasks(info)
+        with services.live.watch_projections(scope) as mailbox:
+            # Registered before the snapshot is read, so no change between the two is lost; the
+            # mailbox drops whichever of snapshot and change carries the older revision.
+            sessions, projections = await services.reads.sessions_with_pending(task_ids)
+            for s in sessions:
+                p: SessionPending | None = projections.get(s.id)
+                if p is not None and scope(s.task_id, s.id):
+                    mailbox.offer(s.id, p)
+            async for projection in mailbox:
+                yield SessionProjection.of(projection)
+
+    @strawberry.subscription(description="Message added / updated / deleted, with the session projection.")
+    async def session_events(
+        self, info: Info[Context, None], session_id: strawberry.ID
+    ) -> AsyncGenerator[SessionEvent, None]:
+        sid = str(session_id)
+        await _session_task(info, sid)
+        with info.context.services.live.watch_session_events(sid) as mailbox:
+            async for change in mailbox:
+                yield SessionEvent.of(change)
+
+    @strawberry.subscription(
+        description="Snapshot of every readable task's summary first, then replacements."
+    )
+    async def task_summary_changed(
+        self, info: Info[Context, None]
+    ) -> AsyncGenerator[TaskStatusSummary, None]:
+        principal = info.context.principal
+        services = info.context.services
+
+        def scope(t: str) -> bool:
+            return _readable(principal, t)
+
+        with services.live.watch_summaries(scope) as mailbox:
+            views = await services.summaries.reconcile(await _all_readable_tasks(info))
+            for task_id, view in views.items():
+                if view.summary is not None:
+                    mailbox.offer(task_id, view.summary)
+            async for summary in mailbox:
+                yield TaskStatusSummary.of(summary)

@@ -1,0 +1,305 @@
+"""Live fan-out: one bus subscription per channel per process, re-read once, coalesced per subscriber.
+
+Events on the bus carry ids only. The hub drains them in batches, re-reads what its watchers need
+(session projections, changed messages) with one batched statement each, and offers the results to
+every matching watcher's Mailbox. A Mailbox keeps the newest value per key (session, message, task),
+so a slow subscriber receives the latest state instead of an unbounded queue, and an idle watcher
+costs a dict and an asyncio.Event. The hub is also the summary projector: the tasks named by a batch
+of session changes are reconciled (compare-and-set, so every process doing it is harmless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from backend.domain.records import MessageRecord, SessionPending, SummaryRecord
+from backend.events import TASK_CHANNEL
+from backend.repository import messages as message_rows
+from backend.repository import pending
+from backend.services.context import Deps
+from backend.services.summaries import SUMMARY_CHANNEL, Summaries
+
+log = logging.getLogger("turnwise.live")
+
+T = TypeVar("T")
+
+MESSAGE_EVENTS = {"message.added": "added", "message.updated": "updated", "message.deleted": "deleted"}
+
+
+class Mailbox(Generic[T]):
+    """The newest value per key, delivered oldest key first.
+
+    With `order`, a value is dropped unless it is newer than both the one waiting for the same key and
+    the last one delivered for it, so a snapshot racing a change can never step a subscriber back.
+    """
+
+    def __init__(self, order: Callable[[T], Any] | None = None) -> None:
+        self._order = order
+        self._items: dict[Hashable, T] = {}
+        self._sent: dict[Hashable, Any] = {}
+        self._ready = asyncio.Event()
+        self.closed = False
+
+    def offer(self, key: Hashable, value: T) -> None:
+        if self._order is not None:
+            rank = self._order(value)
+            held = self._items.get(key)
+            if held is not None and rank < self._order(held):
+                return
+            if key in self._sent and rank <= self._sent[key]:
+                return
+        self._items[key] = value
+        self._ready.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._ready.set()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __aiter__(self) -> Mailbox[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        return await self.get()
+
+    async def get(self) -> T:
+        """The next value; StopAsyncIteration once closed and drained."""
+        while not self._items:
+            if self.closed:
+                raise StopAsyncIteration
+            self._ready.clear()
+            await self._ready.wait()
+        key = next(iter(self._items))
+        value = self._items.pop(key)
+        if self._order is not None:
+            self._sent[key] = self._order(value)
+        return value
+
+
+@dataclass(frozen=True)
+class SessionChange:
+    """One message event as a subscriber sees it: re-read truth, not the event's claim."""
+
+    kind: str  # added | updated | deleted
+    session_id: str
+    message_id: str
+    message: MessageRecord | None
+    projection: SessionPending | None
+
+
+Scope = Callable[[str, str], bool]  # (task_id, session_id) -> whether a watcher wants it
+
+
+@dataclass(eq=False)
+class Watcher(Generic[T]):
+    scope: Callable[..., bool]
+    mailbox: Mailbox[T]
+
+
+def projection_order(p: SessionPending) -> tuple[int, int]:
+    return p.revision.key()
+
+
+def summary_order(s: SummaryRecord) -> int:
+    return s.revision
+
+
+@dataclass
+class LiveHub:
+    deps: Deps
+    summaries: Summaries
+    projector: bool = True
+    _projections: set[Watcher[SessionPending]] = field(default_factory=set)
+    _session_events: set[Watcher[SessionChange]] = field(default_factory=set)
+    _summaries: set[Watcher[SummaryRecord]] = field(default_factory=set)
+    _raw: list[dict[str, Any]] = field(default_factory=list)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _subscribed: list[asyncio.Event] = field(default_factory=list)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        for channel, handler in ((TASK_CHANNEL, self._on_session), (SUMMARY_CHANNEL, self._on_summary)):
+            ready = asyncio.Event()
+            self._subscribed.append(ready)
+            self._tasks.append(asyncio.create_task(self._listen(channel, handler, ready)))
+        self._tasks.append(asyncio.create_task(self._work()))
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._subscribed)), 10)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for watchers in (self._projections, self._session_events, self._summaries):
+            for w in watchers:
+                w.mailbox.close()
+
+    @property
+    def watcher_count(self) -> int:
+        return len(self._projections) + len(self._session_events) + len(self._summaries)
+
+    # --- registration -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def watch_projections(self, scope: Scope) -> Any:
+        w: Watcher[SessionPending] = Watcher(scope, Mailbox(projection_order))
+        self._projections.add(w)
+        try:
+            yield w.mailbox
+        finally:
+            self._projections.discard(w)
+
+    @contextlib.contextmanager
+    def watch_session_events(self, session_id: str) -> Any:
+        w: Watcher[SessionChange] = Watcher(lambda _t, s: s == session_id, Mailbox())
+        self._session_events.add(w)
+        try:
+            yield w.mailbox
+        finally:
+            self._session_events.discard(w)
+
+    @contextlib.contextmanager
+    def watch_summaries(self, scope: Callable[[str], bool]) -> Any:
+        w: Watcher[SummaryRecord] = Watcher(scope, Mailbox(summary_order))
+        self._summaries.add(w)
+        try:
+            yield w.mailbox
+        finally:
+            self._summaries.discard(w)
+
+    def offer_summary(self, summary: SummaryRecord) -> None:
+        for w in list(self._summaries):
+            if w.scope(summary.task_id):
+                w.mailbox.offer(summary.task_id, summary)
+
+    # --- bus ----------------------------------------------------------------------------------
+
+    async def _listen(
+        self, channel: str, handler: Callable[[dict[str, Any]], None], ready: asyncio.Event
+    ) -> None:
+        while True:
+            try:
+                async with self.deps.bus.subscribe(channel) as events:
+                    ready.set()
+                    async for event in events:
+                        handler(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "bus subscription failed", extra={"event": "live.resubscribe", "channel": channel}
+                )
+                # Whatever was missed is recovered by marking nothing: clients converge on their next read.
+                await asyncio.sleep(0.5)
+
+    def _on_session(self, event: dict[str, Any]) -> None:
+        self._raw.append(event)
+        self._wake.set()
+
+    def _on_summary(self, event: dict[str, Any]) -> None:
+        try:
+            summary = _summary_from_event(event)
+        except (KeyError, TypeError, ValueError):
+            log.warning("malformed summary event", extra={"event": "live.bad_event"})
+            return
+        self.offer_summary(summary)
+
+    # --- worker -------------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._raw = self._raw, []
+            try:
+                await self._deliver(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("live delivery failed", extra={"event": "live.delivery_failed"})
+            if self.projector:
+                await self._project(batch)
+
+    async def _deliver(self, batch: list[dict[str, Any]]) -> None:
+        touched: dict[str, str] = {}  # session -> task
+        changed_messages: list[dict[str, Any]] = []
+        for event in batch:
+            session_id, task_id = event.get("session_id"), event.get("task_id")
+            if not isinstance(session_id, str) or not isinstance(task_id, str):
+                continue
+            touched[session_id] = task_id
+            if event.get("type") in MESSAGE_EVENTS and isinstance(event.get("message_id"), str):
+                changed_messages.append(event)
+        wanted = {
+            s
+            for s, t in touched.items()
+            if any(w.scope(t, s) for w in self._projections)
+            or any(w.scope(t, s) for w in self._session_events)
+        }
+        if not wanted:
+            return
+        message_ids = [e["message_id"] for e in changed_messages if e["session_id"] in wanted]
+        projections: dict[str, SessionPending] = {}
+        found: dict[str, MessageRecord] = {}
+        try:
+            async with self.deps.db.read() as conn:
+                projections = await pending.pending_for_sessions(conn, sorted(wanted))
+                if message_ids:
+                    found = await message_rows.get_messages(conn, message_ids)
+        except Exception:
+            # Projection could not be computed: message subscribers still hear of the change with
+            # projection null (keep the old one) as soon as the messages themselves can be read.
+            log.exception("live re-read failed", extra={"event": "live.reread_failed"})
+            if message_ids:
+                async with self.deps.db.read() as conn:
+                    found = await message_rows.get_messages(conn, message_ids)
+        for p in projections.values():
+            for pw in list(self._projections):
+                if pw.scope(p.task_id, p.session_id):
+                    pw.mailbox.offer(p.session_id, p)
+        for event in changed_messages:
+            session_id, message_id = event["session_id"], event["message_id"]
+            if session_id not in wanted:
+                continue
+            message = found.get(message_id)
+            kind = MESSAGE_EVENTS[event["type"]] if message is not None else "deleted"
+            projection = None if event.get("content_only") else projections.get(session_id)
+            change = SessionChange(kind, session_id, message_id, message, projection)
+            for sw in list(self._session_events):
+                if sw.scope(event["task_id"], session_id):
+                    sw.mailbox.offer(message_id, change)
+
+    async def _project(self, batch: list[dict[str, Any]]) -> None:
+        task_ids = sorted({e["task_id"] for e in batch if isinstance(e.get("task_id"), str)})
+        if not task_ids:
+            return
+        try:
+            await self.summaries.reconcile(task_ids)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("summary projection failed", extra={"event": "summary.project_failed"})
+
+
+def _summary_from_event(event: dict[str, Any]) -> SummaryRecord:
+    revision = event["revision"]
+    if not isinstance(revision, int):
+        raise TypeError("revision")
+    return SummaryRecord(
+        str(event["task_id"]),
+        revision,
+        event.get("pending_action"),
+        {},
+        dt.datetime.fromisoformat(str(event["updated_at"])),
+    )
