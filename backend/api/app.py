@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 
+from backend import faults
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
 from backend.api.schema import build_schema
@@ -35,6 +36,17 @@ class Runtime:
     ready: bool = False
     epoch: int = 0
     startup_steps: list[StartupStep] = field(default_factory=list)
+    # Run in reverse order when the server stops, before the bus and the database close.
+    shutdown_steps: list[StartupStep] = field(default_factory=list)
+
+
+async def _start_clarifications(services: Services) -> None:
+    await services.recovery.run()
+    await services.waiters.start()
+
+
+async def _stop_clarifications(services: Services) -> None:
+    await services.waiters.stop()
 
 
 def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
@@ -42,6 +54,10 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
     bus = EventBus(settings.broadcast_url)
     services = Services.build(Deps(db=db, bus=bus, settings=settings))
     runtime = Runtime(settings=settings, services=services)
+    faults.configure(settings.fault_points)
+    # Clarification claims and orphaned waiters are recovered before the waiter hub takes hand-offs.
+    runtime.startup_steps.append(_start_clarifications)
+    runtime.shutdown_steps.append(_stop_clarifications)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -63,6 +79,11 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             yield
         finally:
             runtime.ready = False
+            for stop in reversed(runtime.shutdown_steps):
+                try:
+                    await stop(services)
+                except Exception:
+                    log.exception("shutdown step failed")
             await services.live.stop()
             await bus.disconnect()
             await db.dispose()

@@ -9,6 +9,7 @@ from strawberry.dataloader import DataLoader
 
 from backend.api.auth import Principal
 from backend.domain.errors import Unauthenticated
+from backend.domain.lifecycle import Bundle
 from backend.domain.records import SessionPending, SessionRecord
 from backend.services.container import Services
 from backend.services.summaries import TaskView
@@ -23,12 +24,14 @@ class Context:
     connection_params: dict[str, Any] | None = None
     sessions_by_task: DataLoader[str, list[SessionRecord]] = field(init=False)
     pending_by_session: DataLoader[str, SessionPending | None] = field(init=False)
+    active_bundle_by_session: DataLoader[str, Bundle | None] = field(init=False)
     # Task list / boot: summaries reconciled together with the session projections they derive from.
     task_views: DataLoader[str, TaskView | None] = field(init=False)
 
     def __post_init__(self) -> None:
         self.sessions_by_task = DataLoader(load_fn=self._load_sessions)
         self.pending_by_session = DataLoader(load_fn=self._load_pending)
+        self.active_bundle_by_session = DataLoader(load_fn=self._load_active_bundles)
         self.task_views = DataLoader(load_fn=self._load_task_views)
 
     @property
@@ -52,6 +55,10 @@ class Context:
             for session_id, projection in view.projections.items():
                 self.pending_by_session.prime(session_id, projection)
         return [views.get(t) for t in task_ids]
+
+    async def _load_active_bundles(self, session_ids: list[str]) -> list[Bundle | None]:
+        bundles = await self.services.clarifications.active_bundles(session_ids)
+        return [bundles.get(s) for s in session_ids]
 
     async def _load_pending(self, session_ids: list[str]) -> list[SessionPending | None]:
         projections = await self.services.reads.pending_for_sessions(session_ids)

@@ -10,6 +10,11 @@ from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
 from strawberry.schema.config import StrawberryConfig
 
 from backend.api.admin import AccessMutations, AccessQueries
+from backend.api.clarifications import (
+    ClarificationMutations,
+    ClarificationQueries,
+    ClarificationSubscriptions,
+)
 from backend.api.errors import ErrorPolicy
 from backend.api.limits import max_query_bytes
 from backend.api.live import LiveSubscriptions
@@ -18,17 +23,17 @@ from backend.api.scalars import DateTime
 
 
 @strawberry.type
-class Query(OperationQueries, AccessQueries):
+class Query(OperationQueries, AccessQueries, ClarificationQueries):
     pass
 
 
 @strawberry.type
-class Mutation(OperationMutations, AccessMutations):
+class Mutation(OperationMutations, AccessMutations, ClarificationMutations):
     pass
 
 
 @strawberry.type
-class Subscription(LiveSubscriptions):
+class Subscription(LiveSubscriptions, ClarificationSubscriptions):
     pass
 
 

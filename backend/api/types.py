@@ -11,6 +11,7 @@ from strawberry.types import Info
 
 from backend.api.context import Context
 from backend.domain import clarification as cq
+from backend.domain.lifecycle import Bundle
 from backend.domain.records import (
     MessageRecord,
     Revision,
@@ -179,6 +180,19 @@ class ClarificationBundle:
     context: str | None
     questions: list[ClarificationQuestion]
 
+    @classmethod
+    def of(cls, b: Bundle) -> ClarificationBundle:
+        views = [cq.question_view(r.metadata) for r in b.rows]
+        return cls(
+            pending_id=strawberry.ID(b.pending_id),
+            session_id=strawberry.ID(b.session_id),
+            task_id=strawberry.ID(b.task_id),
+            turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
+            state=ClarificationBundleState(b.state.value),
+            context=b.context,
+            questions=[ClarificationQuestion.of(v) for v in views if v is not None],
+        )
+
 
 @strawberry.type
 class Turn:
@@ -271,8 +285,9 @@ class TaskSession:
 
     @strawberry.field(description="The current-turn active bundle, or null.")
     async def active_clarification(self, info: Info[Context, None]) -> ClarificationBundle | None:
-        # Filled in by the clarification lifecycle; the foundation has no bundles to show yet.
-        return None
+        # Batched per request through the one rule (current turn, pending, live session).
+        bundle = await info.context.active_bundle_by_session.load(self.record.id)
+        return None if bundle is None else ClarificationBundle.of(bundle)
 
 
 @strawberry.type

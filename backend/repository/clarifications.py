@@ -1,15 +1,308 @@
-"""Clarification bundle writes that follow the one rule (expiry on terminal sessions for now)."""
+"""Clarification bundle reads and writes; every condition on "current" comes from authority.py.
+
+Each write is one conditional statement whose WHERE re-checks what the caller decided on (pending
+status, current-turn ownership, live session, claim identity), so a stale decision changes nothing.
+Callers hold the session lock (`locks.lock_sessions`) and bump the pending sequence themselves.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy import literal, select, update
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, case, exists, func, literal, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.sqlfuncs import json_update
+from backend.db.sqlfuncs import json_flag, json_text, json_update
 from backend.db.tables import task_session_messages as M
+from backend.db.tables import task_sessions as S
+from backend.domain.errors import CorruptData
+from backend.domain.ids import new_id
+from backend.domain.lifecycle import (
+    CLAIM_KEY,
+    INTENT_KEY,
+    Answer,
+    BundleRow,
+    QuestionSpec,
+)
+from backend.domain.records import MessageRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus
-from backend.repository.authority import current_turn_id, is_pending_status
+from backend.repository import rows
+from backend.repository.authority import (
+    active_clarification_rows,
+    current_turn_id,
+    is_kind,
+    is_pending_status,
+    session_is_live,
+)
+
+
+def _pending_id_is(pending_id: str) -> ColumnElement[bool]:
+    return json_text(M.c.metadata, "pending_id") == pending_id
+
+
+def _in_current_turn(session_id: str) -> ColumnElement[bool]:
+    return M.c.turn_id == select(current_turn_id(literal(session_id))).scalar_subquery()
+
+
+def _session_live(session_id: str) -> ColumnElement[bool]:
+    return exists().where(S.c.id == session_id, session_is_live(S.c.state))
+
+
+def _bundle_row(row: Any) -> BundleRow:
+    m = row._mapping
+    return BundleRow(
+        m["id"], m["session_id"], m["turn_id"], rows.metadata_of(m["metadata"], where=f"message {m['id']}")
+    )
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+async def session_of_bundle(conn: AsyncConnection, pending_id: str) -> str | None:
+    """The session a bundle lives in (its first row's); the caller locks it, then reads the bundle."""
+    row = (
+        await conn.execute(
+            select(M.c.session_id)
+            .where(_pending_id_is(pending_id), M.c.type == MESSAGE_KIND_CLARIFICATION)
+            .order_by(M.c.created_at, M.c.id)
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else str(row.session_id)
+
+
+async def bundle_facts(
+    conn: AsyncConnection, pending_ids: Sequence[str]
+) -> dict[str, tuple[list[BundleRow], str, str, str | None]]:
+    """Rows of many bundles in one statement: pending_id -> (rows, task_id, session_state, current turn).
+
+    The session facts come from the bundle's first row; a bundle spanning sessions is refused by the
+    domain's turn identity rule, not silently merged.
+    """
+    if not pending_ids:
+        return {}
+    pid = json_text(M.c.metadata, "pending_id")
+    query = (
+        select(
+            M.c.id,
+            M.c.session_id,
+            M.c.turn_id,
+            M.c.metadata,
+            pid.label("pending_id"),
+            S.c.task_id,
+            S.c.state,
+            current_turn_id(M.c.session_id).label("current_turn"),
+        )
+        .join(S, S.c.id == M.c.session_id)
+        .where(pid.in_(list(dict.fromkeys(pending_ids))), M.c.type == MESSAGE_KIND_CLARIFICATION)
+        .order_by(M.c.created_at, M.c.id)
+    )
+    out: dict[str, tuple[list[BundleRow], str, str, str | None]] = {}
+    for row in await conn.execute(query):
+        entry = out.get(row.pending_id)
+        if entry is None:
+            current = None if row.current_turn is None else str(row.current_turn)
+            entry = out[row.pending_id] = ([], row.task_id, row.state, current)
+        entry[0].append(_bundle_row(row))
+    for rows_, *_ in out.values():
+        rows_.sort(key=lambda r: (_index(r), r.id))
+    return out
+
+
+def _index(row: BundleRow) -> int:
+    value = row.metadata.get("question_index")
+    return value if isinstance(value, int) else 0
+
+
+async def active_pending_ids_for_sessions(
+    conn: AsyncConnection, session_ids: Sequence[str]
+) -> dict[str, list[str]]:
+    """session_id -> pending ids of its active bundles, newest first; one statement for the batch."""
+    if not session_ids:
+        return {}
+    pid = json_text(M.c.metadata, "pending_id")
+    query = (
+        select(M.c.session_id, pid.label("pending_id"), func.max(M.c.created_at).label("newest"))
+        .join(S, S.c.id == M.c.session_id)
+        .where(M.c.session_id.in_(list(dict.fromkeys(session_ids))), active_clarification_rows(M, S.c.state))
+        .group_by(M.c.session_id, pid)
+    )
+    found: dict[str, list[tuple[Any, str]]] = {}
+    for row in await conn.execute(query):
+        if not isinstance(row.pending_id, str) or not row.pending_id:
+            raise CorruptData(f"session {row.session_id}: an active clarification row has no pending_id")
+        found.setdefault(row.session_id, []).append((row.newest, row.pending_id))
+    return {s: [p for _, p in sorted(v, key=lambda x: (x[0], x[1]), reverse=True)] for s, v in found.items()}
+
+
+async def find_active_by_signature(conn: AsyncConnection, session_id: str, signature: str) -> str | None:
+    state = select(S.c.state).where(S.c.id == literal(session_id)).scalar_subquery()
+    row = (
+        await conn.execute(
+            select(json_text(M.c.metadata, "pending_id").label("pending_id"))
+            .where(
+                M.c.session_id == session_id,
+                active_clarification_rows(M, state),
+                json_text(M.c.metadata, "bundle_signature") == signature,
+            )
+            .limit(1)
+        )
+    ).first()
+    return None if row is None else str(row.pending_id)
+
+
+# --- ask ----------------------------------------------------------------------------------------
+
+
+async def insert_bundle(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    turn_id: str,
+    pending_id: str,
+    questions: Sequence[QuestionSpec],
+    context: str | None,
+    signature: str,
+    waiter_id: str,
+    waiter_instance: str,
+) -> list[MessageRecord]:
+    """One row per question in one multi-row INSERT: the bundle is written whole or not at all."""
+    now = utcnow()
+    records: list[MessageRecord] = []
+    for i, q in enumerate(questions):
+        metadata: dict[str, Any] = {
+            "pending_id": pending_id,
+            "question_id": q.id,
+            "question_index": i,
+            "question_total": len(questions),
+            "context": context,
+            "question": q.as_metadata(),
+            "status": ClarificationStatus.PENDING.value,
+            "agent_disconnected": False,
+            # Only the last row of a bundle requests input (kandev-notes "Shapes").
+            "requests_input": i == len(questions) - 1,
+            "bundle_signature": signature,
+            "waiter_id": waiter_id,
+            "waiter_instance": waiter_instance,
+        }
+        records.append(
+            MessageRecord(
+                new_id(),
+                session_id,
+                turn_id,
+                MESSAGE_KIND_CLARIFICATION,
+                "agent",
+                q.prompt,
+                metadata,
+                now,
+                now,
+            )
+        )
+    await conn.execute(
+        M.insert(),
+        [
+            {
+                "id": r.id,
+                "session_id": r.session_id,
+                "turn_id": r.turn_id,
+                "type": r.type,
+                "author": r.author,
+                "content": r.content,
+                "metadata": r.metadata,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for r in records
+        ],
+    )
+    return records
+
+
+async def attach_waiter(
+    conn: AsyncConnection, *, session_id: str, pending_id: str, waiter_id: str, waiter_instance: str
+) -> list[str]:
+    """A new waiter takes over an active bundle: its pending current-turn rows become attached."""
+    result = await conn.execute(
+        update(M)
+        .where(
+            _pending_id_is(pending_id),
+            M.c.session_id == session_id,
+            is_kind(M, MESSAGE_KIND_CLARIFICATION),
+            is_pending_status(M),
+            _in_current_turn(session_id),
+            _session_live(session_id),
+        )
+        .values(
+            metadata=json_update(
+                M.c.metadata,
+                {"agent_disconnected": False, "waiter_id": waiter_id, "waiter_instance": waiter_instance},
+            )
+        )
+        .returning(M.c.id)
+    )
+    return [r.id for r in result]
+
+
+# --- detach / cancel / expire -------------------------------------------------------------------
+
+
+async def detach(
+    conn: AsyncConnection,
+    session_id: str,
+    *,
+    pending_id: str | None = None,
+    waiter_id: str | None = None,
+    turn_id: str | None = None,
+) -> list[tuple[str, str]]:
+    """Mark pending, not-yet-detached current-turn rows `agent_disconnected`; (message id, pending id)
+    of exactly the rows changed, so a repeat changes and publishes nothing.
+
+    With `waiter_id`, only rows still owned by that waiter: a waiter that lost its bundle to a newer
+    waiter of the same questions must not detach it.
+    """
+    conditions = [
+        M.c.session_id == session_id,
+        is_kind(M, MESSAGE_KIND_CLARIFICATION),
+        is_pending_status(M),
+        not_(json_flag(M.c.metadata, "agent_disconnected")),
+        _in_current_turn(session_id),
+        _session_live(session_id),
+    ]
+    if pending_id is not None:
+        conditions.append(_pending_id_is(pending_id))
+    if waiter_id is not None:
+        conditions.append(json_text(M.c.metadata, "waiter_id") == waiter_id)
+    if turn_id is not None:
+        conditions.append(M.c.turn_id == turn_id)
+    result = await conn.execute(
+        update(M)
+        .where(*conditions)
+        .values(metadata=json_update(M.c.metadata, {"agent_disconnected": True}))
+        .returning(M.c.id, json_text(M.c.metadata, "pending_id").label("pending_id"))
+    )
+    return [(r.id, str(r.pending_id)) for r in result]
+
+
+async def close_pending(
+    conn: AsyncConnection, session_id: str, pending_id: str, status: ClarificationStatus
+) -> list[str]:
+    """Cancel (or expire) the pending current-turn rows of one bundle; other bundles are untouched."""
+    result = await conn.execute(
+        update(M)
+        .where(
+            _pending_id_is(pending_id),
+            M.c.session_id == session_id,
+            is_kind(M, MESSAGE_KIND_CLARIFICATION),
+            is_pending_status(M),
+            _in_current_turn(session_id),
+            _session_live(session_id),
+        )
+        .values(metadata=json_update(M.c.metadata, {"status": status.value}), updated_at=utcnow())
+        .returning(M.c.id)
+    )
+    return [r.id for r in result]
 
 
 async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) -> list[str]:
@@ -22,8 +315,8 @@ async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) ->
         update(M)
         .where(
             M.c.session_id == session_id,
-            M.c.type == MESSAGE_KIND_CLARIFICATION,
-            M.c.turn_id == select(current_turn_id(literal(session_id))).scalar_subquery(),
+            is_kind(M, MESSAGE_KIND_CLARIFICATION),
+            _in_current_turn(session_id),
             is_pending_status(M),
         )
         .values(
@@ -33,3 +326,200 @@ async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) ->
         .returning(M.c.id)
     )
     return [row.id for row in result]
+
+
+# --- respond ------------------------------------------------------------------------------------
+
+
+async def claim(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_ids: Sequence[str],
+    answers: dict[str, Answer],
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+) -> list[BundleRow]:
+    """The atomic current-turn claim: ONE conditional UPDATE of the bundle's pending rows.
+
+    Writes each row's answer (status answered/rejected + response) and, with `claim_id`, the durable
+    delivery intent. The WHERE re-checks pending status, current-turn ownership and a live session;
+    the rows it returns are the claim (an empty list means the claim was lost).
+    """
+    if not message_ids:
+        return []
+    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
+    base: dict[str, Any] = {"status": status.value}
+    if claim_id is not None:
+        base[INTENT_KEY] = True
+        base[CLAIM_KEY] = claim_id
+    if detach_rows:
+        base["agent_disconnected"] = True
+    qid = json_text(M.c.metadata, "question_id")
+    if rejected or not answers:
+        new_metadata: Any = json_update(M.c.metadata, base)
+    else:
+        new_metadata = case(
+            *(
+                (qid == question_id, json_update(M.c.metadata, {**base, "response": a.as_response()}))
+                for question_id, a in answers.items()
+            ),
+            else_=json_update(M.c.metadata, base),
+        )
+    result = await conn.execute(
+        update(M)
+        .where(
+            M.c.id.in_(list(message_ids)),
+            _pending_id_is(pending_id),
+            M.c.session_id == session_id,
+            is_pending_status(M),
+            not_(json_flag(M.c.metadata, INTENT_KEY)),
+            _in_current_turn(session_id),
+            _session_live(session_id),
+        )
+        .values(metadata=new_metadata, updated_at=utcnow())
+        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+    )
+    return [_bundle_row(r) for r in result]
+
+
+def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement[bool]]:
+    return [
+        M.c.id.in_(list(message_ids)),
+        json_flag(M.c.metadata, INTENT_KEY),
+        json_text(M.c.metadata, CLAIM_KEY) == claim_id,
+    ]
+
+
+async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_id: str) -> list[BundleRow]:
+    """Finalize (delivery confirmed) or retire (delivery impossible) exactly this claim's rows: remove
+    the intent while it is still set by this claim. `updated_at` keeps the response time."""
+    result = await conn.execute(
+        update(M)
+        .where(*_claimed_by(message_ids, claim_id))
+        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+    )
+    return [_bundle_row(r) for r in result]
+
+
+_RESTORE_REMOVES = (INTENT_KEY, CLAIM_KEY, "response")
+
+
+async def restore_claim(
+    conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str, *, detach_rows: bool
+) -> list[str]:
+    """Put exactly this claim's rows back to pending, only while their turn is current and the session
+    live. Serializes with `settle_claim` under the session lock: whichever runs first wins."""
+    values: dict[str, Any] = {"status": ClarificationStatus.PENDING.value}
+    if detach_rows:
+        values["agent_disconnected"] = True
+    result = await conn.execute(
+        update(M)
+        .where(
+            *_claimed_by(message_ids, claim_id),
+            M.c.session_id == session_id,
+            _in_current_turn(session_id),
+            _session_live(session_id),
+        )
+        .values(metadata=json_update(M.c.metadata, values, remove=_RESTORE_REMOVES), updated_at=utcnow())
+        .returning(M.c.id)
+    )
+    return [r.id for r in result]
+
+
+# --- startup recovery ---------------------------------------------------------------------------
+
+
+async def delivery_intents(conn: AsyncConnection) -> list[BundleRow]:
+    """Every row still carrying a durable delivery intent (startup only)."""
+    result = await conn.execute(
+        select(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata).where(
+            M.c.type == MESSAGE_KIND_CLARIFICATION, json_flag(M.c.metadata, INTENT_KEY)
+        )
+    )
+    return [_bundle_row(r) for r in result]
+
+
+async def restore_intents(conn: AsyncConnection, message_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """Restore intent rows whose turn is still current in a live session; (message id, session id)."""
+    if not message_ids:
+        return []
+    result = await conn.execute(
+        update(M)
+        .where(
+            M.c.id.in_(list(message_ids)),
+            json_flag(M.c.metadata, INTENT_KEY),
+            M.c.turn_id == current_turn_id(M.c.session_id),
+            exists().where(S.c.id == M.c.session_id, session_is_live(S.c.state)),
+        )
+        .values(
+            metadata=json_update(
+                M.c.metadata, {"status": ClarificationStatus.PENDING.value}, remove=_RESTORE_REMOVES
+            ),
+            updated_at=utcnow(),
+        )
+        .returning(M.c.id, M.c.session_id)
+    )
+    return [(r.id, r.session_id) for r in result]
+
+
+async def retire_intents(conn: AsyncConnection, message_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """Remove the intent from rows that may not become active again; they stay terminal."""
+    if not message_ids:
+        return []
+    result = await conn.execute(
+        update(M)
+        .where(M.c.id.in_(list(message_ids)), json_flag(M.c.metadata, INTENT_KEY))
+        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+        .returning(M.c.id, M.c.session_id)
+    )
+    return [(r.id, r.session_id) for r in result]
+
+
+async def attached_waiter_rows(conn: AsyncConnection) -> list[tuple[str, str, str | None]]:
+    """(message id, session id, waiter instance) of pending current-turn rows still marked attached."""
+    result = await conn.execute(
+        select(M.c.id, M.c.session_id, json_text(M.c.metadata, "waiter_instance").label("instance"))
+        .join(S, S.c.id == M.c.session_id)
+        .where(
+            active_clarification_rows(M, S.c.state),
+            not_(json_flag(M.c.metadata, "agent_disconnected")),
+        )
+    )
+    return [(r.id, r.session_id, r.instance) for r in result]
+
+
+async def detach_rows(conn: AsyncConnection, message_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """Detach these rows if they are still pending, attached and current (recovery of dead waiters)."""
+    if not message_ids:
+        return []
+    result = await conn.execute(
+        update(M)
+        .where(
+            M.c.id.in_(list(message_ids)),
+            is_pending_status(M),
+            not_(json_flag(M.c.metadata, "agent_disconnected")),
+            M.c.turn_id == current_turn_id(M.c.session_id),
+        )
+        .values(metadata=json_update(M.c.metadata, {"agent_disconnected": True}))
+        .returning(M.c.id, M.c.session_id)
+    )
+    return [(r.id, r.session_id) for r in result]
+
+
+# --- workflow guard -----------------------------------------------------------------------------
+
+
+async def sessions_with_active_bundles(conn: AsyncConnection, task_id: str) -> list[str]:
+    """Sessions of the task that hold an active clarification (current turn, pending, live session)."""
+    result = await conn.execute(
+        select(M.c.session_id)
+        .join(S, S.c.id == M.c.session_id)
+        .where(S.c.task_id == task_id, active_clarification_rows(M, S.c.state))
+        .group_by(M.c.session_id)
+        .order_by(M.c.session_id)
+    )
+    return [r.session_id for r in result]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -108,3 +108,22 @@ async def bump_pending_seq(conn: AsyncConnection, session_id: str) -> None:
         .where(task_sessions.c.id == session_id)
         .values(pending_seq=task_sessions.c.pending_seq + 1)
     )
+
+
+async def bump_pending_seqs(conn: AsyncConnection, session_ids: Sequence[str]) -> None:
+    """`bump_pending_seq` for many sessions in one statement (batched recovery writes)."""
+    if not session_ids:
+        return
+    await conn.execute(
+        update(task_sessions)
+        .where(task_sessions.c.id.in_(sorted(set(session_ids))))
+        .values(pending_seq=task_sessions.c.pending_seq + 1)
+    )
+
+
+async def sessions_by_id(conn: AsyncConnection, session_ids: Iterable[str]) -> list[SessionRecord]:
+    ids = sorted(set(session_ids))
+    if not ids:
+        return []
+    query = select(task_sessions).where(task_sessions.c.id.in_(ids))
+    return [rows.session(r) for r in await conn.execute(query)]

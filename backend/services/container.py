@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backend.services.access import Access
+from backend.services.clarifications import Clarifications
 from backend.services.context import Deps
 from backend.services.live import LiveHub
 from backend.services.operations import Operations
 from backend.services.reads import Reads
+from backend.services.recovery import Recovery
 from backend.services.summaries import Summaries
+from backend.services.waiters import WaiterHub
 
 
 @dataclass
@@ -20,10 +23,14 @@ class Services:
     summaries: Summaries
     access: Access
     live: LiveHub
+    waiters: WaiterHub
+    clarifications: Clarifications
+    recovery: Recovery
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
         summaries = Summaries(deps)
+        waiters = WaiterHub(deps)
         return cls(
             deps=deps,
             operations=Operations(deps),
@@ -31,4 +38,7 @@ class Services:
             summaries=summaries,
             access=Access(deps),
             live=LiveHub(deps, summaries),
+            waiters=waiters,
+            clarifications=Clarifications(deps, waiters, refresh_summaries=summaries.refresh),
+            recovery=Recovery(deps, waiters),
         )

@@ -91,9 +91,24 @@ class Operations:
         async with self.deps.db.write() as conn:
             turn = await turns.get_turn(conn, turn_id)
             await locks.lock_sessions(conn, [turn.session_id])
+            # Turn teardown detaches the turn's live questions while it is still current (a no-op
+            # when a newer turn already owns the session, or when they are already detached).
+            detached = await clarifications.detach(conn, turn.session_id, turn_id=turn.id)
             turn = await turns.complete_turn(conn, await turns.get_turn(conn, turn_id))
             session = await tasks.get_session(conn, turn.session_id)
             await tasks.bump_pending_seq(conn, turn.session_id)
+        for message_id, pending_id in detached:
+            log.info(
+                "clarification detached",
+                extra={"event": "clarification.detached", "pending_id": pending_id, "reason": "teardown"},
+            )
+            await publish_session_change(
+                self.deps.bus,
+                task_id=session.task_id,
+                session_id=session.id,
+                kind="message.updated",
+                message_id=message_id,
+            )
         await publish_session_change(
             self.deps.bus,
             task_id=session.task_id,

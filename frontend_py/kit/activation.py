@@ -1,7 +1,8 @@
 """Task activation: which route opening a task leads to, guarded against stale continuations.
 
 A clean task opens its remembered session (if still present), else its primary session, else its
-newest session. A task whose summary advertises a pending action bypasses every cached preference:
+newest session. A task that advertises a pending action (its summary, or without one the legacy
+projection from its sessions: ``Store.task_pending_action``) bypasses every cached preference:
 the controller forces an authoritative session load (the injected ``load_sessions``) and opens the
 newest input-capable session whose ``pendingAction`` matches the task's action. Before applying the
 load it revalidates the task:
@@ -92,6 +93,11 @@ def _newest(sessions: list[dict[str, Any]]) -> dict[str, Any] | None:
     return best
 
 
+def _summary_revision(store: Store, task_id: str) -> int | None:
+    summary = store.summary(task_id)
+    return None if summary is None else summary.get("revision")
+
+
 def clean_choice(store: Store, task_id: str) -> str | None:
     """The session a clean task opens: remembered, else primary, else newest; None if it has none."""
     sessions = store.task_sessions(task_id)
@@ -153,11 +159,10 @@ class ActivationController:
             return INERT
         self._selection += 1
         selection = self._selection
-        summary = self.store.summary(task_id)
-        action = summary.get("pendingAction") if summary else None
+        action = self.store.task_pending_action(task_id)
         if not action:
             return self._open(task_id, clean_choice(self.store, task_id))
-        revision_at_start = summary.get("revision") if summary else None
+        revision_at_start = _summary_revision(self.store, task_id)
 
         load = self._loads.get(task_id, 0) + 1
         self._loads[task_id] = load
@@ -179,11 +184,9 @@ class ActivationController:
         if self.store.task(task_id) is None:
             return INERT
         self.store.apply_task_sessions(task_id, sessions)
-        summary_now = self.store.summary(task_id)
         if (
-            summary_now is None
-            or summary_now.get("revision") != revision_at_start
-            or summary_now.get("pendingAction") != action
+            _summary_revision(self.store, task_id) != revision_at_start
+            or self.store.task_pending_action(task_id) != action
         ):
             return self._open_task_only(task_id)
         owner = pending_owner(self.store, task_id, action)

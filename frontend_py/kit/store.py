@@ -27,6 +27,7 @@ from frontend_py.kit.timestamps import parse_timestamp
 
 _SESSION_FIELDS = ("id", "taskId", "state", "isPrimary", "inputCapable", "createdAt")
 _TASK_FIELDS = ("id", "title", "workflowStep", "primarySessionId")
+_LEGACY_COUNTED_STATES = ("RUNNING", "WAITING_FOR_INPUT")
 
 
 class ReadToken:
@@ -84,6 +85,30 @@ class Store:
         if task_id not in self._tasks:
             return None
         return self._summaries.get(task_id)
+
+    def task_pending_action(self, task_id: str) -> str | None:
+        """The task's pending action: its summary's, else the legacy projection from its sessions.
+
+        A held summary is the authority (it is reconciled by the server). Without one (none sent, or
+        dropped by an invalidating read) the legacy rule answers from the held session projections:
+        only running or waiting sessions count, and a permission request outranks a clarification.
+        """
+        if task_id not in self._tasks:
+            return None
+        summary = self._summaries.get(task_id)
+        if summary is not None:
+            action: str | None = summary.get("pendingAction")
+            return action
+        found = None
+        for session in self.task_sessions(task_id):
+            if session.get("state") not in _LEGACY_COUNTED_STATES:
+                continue
+            kind = session.get("pendingAction")
+            if kind == derivation.PERMISSION:
+                return derivation.PERMISSION
+            if kind == derivation.CLARIFICATION:
+                found = derivation.CLARIFICATION
+        return found
 
     def session(self, session_id: str) -> dict[str, Any] | None:
         """The session with its held projection as ``pendingAction`` / ``pendingActionRevision``."""

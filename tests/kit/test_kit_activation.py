@@ -321,3 +321,37 @@ async def test_activation_completes_on_a_real_event_loop() -> None:
     released.set()
     assert await pending == OPENED_SESSION
     assert log.entries == [("navigate", "/t/T/s/secondary"), ("close", "phone")]
+
+
+def test_a_task_without_a_summary_uses_the_legacy_projection_to_find_the_pending_owner() -> None:
+    for name, closes in FLAVOURS:
+        sessions = [
+            session("primary", primary=True, revision=rev("1", "1")),
+            session(
+                "secondary", created="2026-08-14T10:05:00Z", pending=CLARIFICATION, revision=rev("1", "1")
+            ),
+        ]
+        store = store_with([task("T", sessions, None, primary="primary", with_summary=False)])
+        loads, log = Loads(), Log()
+        run = Run(_sheet(store, loads, log, name, closes).activate("T"))
+        assert [c[0] for c in loads.calls] == ["T"], "a legacy pending task still forces the load"
+        loads.resolve(0, _loaded_owner())
+        settle(run)
+        assert run.result == OPENED_SESSION
+        assert log.entries == _then_close([("navigate", "/t/T/s/secondary")], name, closes), name
+
+
+def test_a_summary_arriving_during_a_legacy_load_discards_the_owner_and_opens_the_task_route() -> None:
+    for name, closes in FLAVOURS:
+        sessions = [
+            session("primary", primary=True),
+            session("secondary", created="2026-08-14T10:05:00Z", pending=CLARIFICATION),
+        ]
+        store = store_with([task("T", sessions, None, primary="primary", with_summary=False)])
+        loads, log = Loads(), Log()
+        run = Run(_sheet(store, loads, log, name, closes).activate("T"))
+        store.apply_task_summary(summary("T", 1, CLARIFICATION))
+        loads.resolve(0, _loaded_owner())
+        settle(run)
+        assert run.result == OPENED_TASK, name
+        assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name

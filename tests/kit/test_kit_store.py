@@ -2,7 +2,7 @@
 
 from kit_support import question, rev, session, store_with, summary, task, turn
 
-from frontend_py.kit import CLARIFICATION, Store
+from frontend_py.kit import CLARIFICATION, PERMISSION, Store
 
 try:
     from typing import Any
@@ -402,3 +402,18 @@ def test_after_a_restart_a_fresh_fetch_and_new_events_agree_and_old_epochs_are_i
     _apply(store, [e for e in before if e[0] == "projection"])
     assert store.snapshot() == server.fetch().snapshot()
     assert store.session_pending("S1") == (None, [])
+
+
+def test_task_pending_action_is_the_summary_else_the_legacy_projection_of_live_sessions() -> None:
+    sessions = [
+        session("a", pending=CLARIFICATION),
+        session("b", pending=PERMISSION, state="COMPLETED"),
+        session("c", pending=None),
+    ]
+    store = store_with([task("T", sessions, None, with_summary=False)])
+    assert store.task_pending_action("T") == CLARIFICATION
+    store.apply_task_sessions("T", [sessions[0], session("b", pending=PERMISSION, revision=rev("1", "2"))])
+    assert store.task_pending_action("T") == PERMISSION, "a permission outranks at task level"
+    store.apply_task_summary(summary("T", 3, None))
+    assert store.task_pending_action("T") is None, "a held summary is the authority"
+    assert store.task_pending_action("missing") is None

@@ -1,0 +1,290 @@
+"""The clarification surface: askClarification (the live waiter), respond, cancel, read, advanceTask."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from typing import Annotated, Any
+
+import strawberry
+from strawberry.types import Info
+
+from backend.api.access import require_session_agent, require_task_answer, require_task_read
+from backend.api.context import Context
+from backend.api.types import (
+    ClarificationBundle,
+    ClarificationStatus,
+    ConflictReason,
+    Task,
+)
+from backend.domain import lifecycle as lc
+from backend.domain.errors import NotFound
+from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
+
+# --- inputs -------------------------------------------------------------------------------------
+
+
+@strawberry.input
+class ClarificationOptionInput:
+    id: strawberry.ID | None = None
+    label: str
+    description: str | None = None
+
+
+@strawberry.input
+class ClarificationQuestionInput:
+    id: strawberry.ID | None = None
+    title: str | None = None
+    prompt: str
+    options: list[ClarificationOptionInput]
+    multi_select: bool | None = False
+
+
+@strawberry.input
+class ClarificationAnswerInput:
+    question_id: strawberry.ID
+    selected_option_ids: list[strawberry.ID] = strawberry.field(default_factory=list)
+    custom_text: str | None = None
+
+
+def _question_dict(q: ClarificationQuestionInput) -> dict[str, Any]:
+    return {
+        "id": None if q.id is None else str(q.id),
+        "title": q.title,
+        "prompt": q.prompt,
+        "multi_select": bool(q.multi_select),
+        "options": [
+            {"id": None if o.id is None else str(o.id), "label": o.label, "description": o.description}
+            for o in q.options
+        ],
+    }
+
+
+# --- outcomes for the agent ---------------------------------------------------------------------
+
+
+@strawberry.type
+class ClarificationAnswer:
+    question_id: strawberry.ID
+    selected_option_ids: list[strawberry.ID]
+    custom_text: str | None
+
+
+@strawberry.type
+class ClarificationAsked:
+    bundle: ClarificationBundle
+
+
+@strawberry.type
+class ClarificationAnswered:
+    pending_id: strawberry.ID
+    answers: list[ClarificationAnswer]
+
+
+@strawberry.type
+class ClarificationRejected:
+    pending_id: strawberry.ID
+
+
+@strawberry.type
+class ClarificationDetached:
+    pending_id: strawberry.ID
+
+
+@strawberry.type(description="The question ended without an answer: cancelled, or expired with its session.")
+class ClarificationClosed:
+    pending_id: strawberry.ID
+    status: ClarificationStatus
+
+
+ClarificationOutcome = Annotated[
+    ClarificationAsked
+    | ClarificationAnswered
+    | ClarificationRejected
+    | ClarificationDetached
+    | ClarificationClosed,
+    strawberry.union("ClarificationOutcome"),
+]
+
+
+def _outcome(o: lc.WaitOutcome) -> Any:
+    if isinstance(o, lc.Asked):
+        return ClarificationAsked(bundle=ClarificationBundle.of(o.bundle))
+    if isinstance(o, lc.Answered):
+        return ClarificationAnswered(
+            pending_id=strawberry.ID(o.pending_id),
+            answers=[
+                ClarificationAnswer(
+                    question_id=strawberry.ID(a.question_id),
+                    selected_option_ids=[strawberry.ID(s) for s in a.selected_option_ids],
+                    custom_text=a.custom_text,
+                )
+                for a in o.answers
+            ],
+        )
+    if isinstance(o, lc.Rejected):
+        return ClarificationRejected(pending_id=strawberry.ID(o.pending_id))
+    if isinstance(o, lc.Detached):
+        return ClarificationDetached(pending_id=strawberry.ID(o.pending_id))
+    return ClarificationClosed(pending_id=strawberry.ID(o.pending_id), status=ClarificationStatus(o.status))
+
+
+# --- respond results ----------------------------------------------------------------------------
+
+
+@strawberry.type
+class ClarificationResponded:
+    bundle: ClarificationBundle
+    resumed: bool
+
+
+@strawberry.type
+class ClarificationConflict:
+    pending_id: strawberry.ID
+    reason: ConflictReason
+    bundle: ClarificationBundle | None
+
+
+@strawberry.type
+class ClarificationDeliveryFailed:
+    pending_id: strawberry.ID
+    retryable: bool
+    message: str
+
+
+RespondToClarificationResult = Annotated[
+    ClarificationResponded | ClarificationConflict | ClarificationDeliveryFailed,
+    strawberry.union("RespondToClarificationResult"),
+]
+
+
+@strawberry.type
+class TaskAdvanced:
+    task: Task
+
+
+@strawberry.type
+class TaskAdvanceBlocked:
+    task_id: strawberry.ID
+    reason: str
+    session_id: strawberry.ID | None
+
+
+AdvanceTaskResult = Annotated[TaskAdvanced | TaskAdvanceBlocked, strawberry.union("AdvanceTaskResult")]
+
+
+def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
+    if isinstance(r, lc.Responded):
+        return ClarificationResponded(bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed)
+    if isinstance(r, lc.Conflict):
+        return ClarificationConflict(
+            pending_id=strawberry.ID(r.pending_id),
+            reason=ConflictReason(r.reason.value),
+            bundle=None if r.bundle is None else ClarificationBundle.of(r.bundle),
+        )
+    return ClarificationDeliveryFailed(
+        pending_id=strawberry.ID(r.pending_id), retryable=r.retryable, message=r.message
+    )
+
+
+# --- resolvers ----------------------------------------------------------------------------------
+
+
+@strawberry.type
+class ClarificationQueries:
+    @strawberry.field(description="One bundle with its derived state; null when unknown or not readable.")
+    async def clarification(
+        self, info: Info[Context, None], pending_id: strawberry.ID
+    ) -> ClarificationBundle | None:
+        principal = info.context.principal
+        try:
+            bundle = await info.context.services.clarifications.bundle(
+                str(pending_id), lambda task_id: require_task_read(principal, task_id)
+            )
+        except NotFound:
+            return None
+        return None if bundle is None else ClarificationBundle.of(bundle)
+
+
+@strawberry.type
+class ClarificationMutations:
+    @strawberry.mutation(
+        description="Answer (or, with rejected, skip) a clarification bundle; one result per bundle state."
+    )
+    async def respond_to_clarification(
+        self,
+        info: Info[Context, None],
+        pending_id: strawberry.ID,
+        answers: list[ClarificationAnswerInput] = [],  # noqa: B006 - never mutated; renders `= []`
+        rejected: bool = False,
+    ) -> RespondToClarificationResult:
+        principal = info.context.principal
+
+        def authorize(task_id: str) -> None:
+            try:
+                require_task_answer(principal, task_id)
+            except NotFound:
+                raise NotFound("clarification", str(pending_id)) from None
+
+        result = await info.context.services.clarifications.respond(
+            str(pending_id),
+            [
+                lc.Answer(str(a.question_id), tuple(str(s) for s in a.selected_option_ids), a.custom_text)
+                for a in answers
+            ],
+            rejected=rejected,
+            authorize=authorize,
+        )
+        return _respond_result(result)
+
+    @strawberry.mutation(
+        description="The agent withdraws a question it still waits on; false when no live waiter owns it."
+    )
+    async def cancel_clarification(self, info: Info[Context, None], pending_id: strawberry.ID) -> bool:
+        principal = info.context.principal
+        try:
+            return await info.context.services.clarifications.cancel(
+                str(pending_id), lambda session_id: require_session_agent(principal, session_id)
+            )
+        except NotFound:
+            return False
+
+    @strawberry.mutation(description="Move the task's workflow on; refused while any session has a question.")
+    async def advance_task(
+        self, info: Info[Context, None], task_id: strawberry.ID, to_step: str
+    ) -> AdvanceTaskResult:
+        principal = info.context.principal
+        result = await info.context.services.clarifications.advance_task(
+            str(task_id), to_step, lambda t: require_task_answer(principal, t)
+        )
+        if isinstance(result, AdvanceBlocked):
+            return TaskAdvanceBlocked(
+                task_id=strawberry.ID(result.task_id),
+                reason=result.reason,
+                session_id=None if result.session_id is None else strawberry.ID(result.session_id),
+            )
+        return TaskAdvanced(task=Task(record=result.task))
+
+
+@strawberry.type
+class ClarificationSubscriptions:
+    @strawberry.subscription(
+        description="Ask the session's user (like a tool call): yields ClarificationAsked, then waits for "
+        "exactly one of Answered / Rejected / Detached (timeout) / Closed. Disconnecting detaches."
+    )
+    async def ask_clarification(
+        self,
+        info: Info[Context, None],
+        session_id: strawberry.ID,
+        questions: list[ClarificationQuestionInput],
+        context: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> AsyncGenerator[ClarificationOutcome, None]:
+        require_session_agent(info.context.principal, str(session_id))
+        stream = info.context.services.clarifications.ask(
+            str(session_id), [_question_dict(q) for q in questions], context, timeout_seconds
+        )
+        try:
+            async for outcome in stream:
+                yield _outcome(outcome)
+        finally:
+            await stream.aclose()

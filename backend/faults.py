@@ -1,0 +1,50 @@
+"""Fault-injection points named in configuration (TURNWISE_FAULT_POINTS), for crash and failure tests.
+
+`await hit("name")` ends the process abruptly (no cleanup, no commit of anything still open), like a
+crash at that line. `check("name")` raises InjectedFault instead, for failure modes that a running
+process must survive (e.g. a repository read failing). Production configures no points.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterable
+
+log = logging.getLogger("turnwise.faults")
+
+# What a killed process reports; distinct from ordinary failures in test logs.
+CRASH_EXIT_CODE = 86
+
+_points: frozenset[str] = frozenset()
+
+
+class InjectedFault(RuntimeError):
+    """Raised by `check` at a configured point; never caught specially, so it behaves like any failure."""
+
+
+def configure(points: Iterable[str]) -> None:
+    global _points
+    _points = frozenset(p for p in points if p)
+
+
+def configured() -> frozenset[str]:
+    return _points
+
+
+def enabled(name: str) -> bool:
+    return name in _points
+
+
+async def hit(name: str) -> None:
+    if name in _points:
+        log.warning("fault point reached: exiting", extra={"event": "fault.crash", "point": name})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_CODE)
+
+
+def check(name: str) -> None:
+    if name in _points:
+        raise InjectedFault(f"injected fault at {name}")

@@ -1,0 +1,615 @@
+"""Clarification use cases: ask and wait (the live waiter), detach, respond, cancel, workflow guard.
+
+The bundle state comes from `domain.lifecycle.derive_state` over one locked read; respond follows the
+decision table `domain.lifecycle.RESPOND_RULES`. Writes that must outlive a cancelled request
+(detach, confirmation, restore) run in a task of their own with a finite deadline (`_bounded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend import faults
+from backend.domain.errors import InvalidInput, InvalidState, NotFound
+from backend.domain.ids import new_id
+from backend.domain.lifecycle import (
+    CLAIM_KEY,
+    INTENT_KEY,
+    Answer,
+    Answered,
+    Asked,
+    Bundle,
+    BundleRow,
+    BundleState,
+    Claim,
+    Closed,
+    Conflict,
+    ConflictReason,
+    DeliveryFailed,
+    Detached,
+    Rejected,
+    RespondAction,
+    Responded,
+    RespondOutcome,
+    WaitOutcome,
+    bundle_signature,
+    bundle_turn,
+    decide_response,
+    validate_answers,
+    validate_questions,
+)
+from backend.domain.records import TaskRecord
+from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus, SessionState
+from backend.repository import clarifications as repo
+from backend.repository import instances, locks, tasks, turns
+from backend.services.context import Deps
+from backend.services.events_out import publish_session_change
+from backend.services.resume import NotWiredResumer, Resumer
+from backend.services.waiters import Waiter, WaiterHub
+
+log = logging.getLogger("turnwise.clarification")
+
+T = TypeVar("T")
+Authorize = Callable[[str], None]
+MAX_STEP = 200
+
+
+def _allow(_: str) -> None:
+    """No access rule (internal callers, tests); the API always passes its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAdvanced:
+    task: TaskRecord
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAdvanceBlocked:
+    task_id: str
+    reason: str
+    session_id: str | None
+
+
+@dataclass
+class Clarifications:
+    deps: Deps
+    hub: WaiterHub
+    resumer: Resumer = field(default_factory=NotWiredResumer)
+    # Called after a restore so retryability is reported only once task summaries converged.
+    refresh_summaries: Callable[[list[str]], Awaitable[Any]] | None = None
+    _background: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    async def _bounded(self, work: Awaitable[T], seconds: float | None = None) -> T:
+        """Run `work` in its own task with a deadline; a cancelled caller does not cancel it."""
+        limit = self.deps.settings.persistence_seconds if seconds is None else seconds
+        task: asyncio.Task[T] = asyncio.ensure_future(asyncio.wait_for(work, limit))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return await asyncio.shield(task)
+
+    async def _publish(self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str]) -> None:
+        for message_id in message_ids:
+            await publish_session_change(
+                self.deps.bus, task_id=task_id, session_id=session_id, kind=kind, message_id=message_id
+            )
+
+    async def _load(self, conn: AsyncConnection, pending_id: str) -> Bundle | None:
+        facts = (await repo.bundle_facts(conn, [pending_id])).get(pending_id)
+        if facts is None:
+            return None
+        return await self._bundle(conn, pending_id, *facts)
+
+    async def _bundle(
+        self,
+        conn: AsyncConnection,
+        pending_id: str,
+        rows: list[BundleRow],
+        task_id: str,
+        session_state: str,
+        current_turn: str | None,
+    ) -> Bundle:
+        bundle = Bundle(
+            pending_id=pending_id,
+            task_id=task_id,
+            session_id=rows[0].session_id,
+            turn_id=bundle_turn(rows),
+            session_state=session_state,
+            current_turn_id=current_turn,
+            rows=tuple(rows),
+        )
+        instance = bundle.waiter_instance
+        heartbeat = None
+        if self.hub.needs_heartbeat(instance):
+            assert instance is not None
+            heartbeat = (await instances.heartbeats(conn, [instance])).get(instance)
+        alive = self.hub.alive(instance, bundle.waiter_id, heartbeat)
+        return replace(bundle, waiter_alive=alive) if alive else bundle
+
+    async def bundle(self, pending_id: str, authorize: Authorize = _allow) -> Bundle | None:
+        async with self.deps.db.read() as conn:
+            bundle = await self._load(conn, pending_id)
+        if bundle is not None:
+            authorize(bundle.task_id)
+        return bundle
+
+    async def active_bundles(self, session_ids: Sequence[str]) -> dict[str, Bundle]:
+        """session_id -> its newest active bundle; two statements for the whole batch."""
+        async with self.deps.db.read() as conn:
+            by_session = await repo.active_pending_ids_for_sessions(conn, session_ids)
+            wanted = [ids[0] for ids in by_session.values()]
+            facts = await repo.bundle_facts(conn, wanted)
+            out: dict[str, Bundle] = {}
+            for session_id, ids in by_session.items():
+                if ids[0] in facts:
+                    out[session_id] = await self._bundle(conn, ids[0], *facts[ids[0]])
+        return out
+
+    # --- ask and wait ---------------------------------------------------------------------------
+
+    def wait_seconds(self, timeout_seconds: float | None) -> float:
+        limit = self.deps.settings.max_wait_seconds
+        if timeout_seconds is None:
+            return limit
+        if not timeout_seconds > 0:
+            raise InvalidInput("timeoutSeconds", "must be greater than 0")
+        return min(float(timeout_seconds), limit)
+
+    async def ask(
+        self,
+        session_id: str,
+        questions: Sequence[dict[str, Any]],
+        context: str | None,
+        timeout_seconds: float | None = None,
+    ) -> AsyncGenerator[WaitOutcome, None]:
+        """Yields `Asked`, then exactly one of Answered / Rejected / Detached / Closed."""
+        specs = validate_questions(questions, context)
+        timeout = self.wait_seconds(timeout_seconds)
+        signature = bundle_signature(specs, context)
+        # Registered before the write, so a hand-off for the new bundle always finds its waiter.
+        waiter = self.hub.register(session_id)
+        try:
+            bundle = await self._create_or_attach(waiter, specs, context, signature)
+            yield Asked(bundle)
+            yield await self._wait(waiter, timeout)
+        finally:
+            self.hub.unregister(waiter)
+            if not waiter.finished and waiter.pending_id is not None:
+                # Client disconnect: detach in a context the cancelled request cannot abort.
+                waiter.finished = True
+                await self._bounded(self._detach(waiter, "disconnect"))
+
+    async def _create_or_attach(
+        self, waiter: Waiter, specs: Any, context: str | None, signature: str
+    ) -> Bundle:
+        session_id = waiter.session_id
+        new_turn: str | None = None
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            session = await tasks.get_session(conn, session_id)
+            if session.state in TERMINAL_SESSION_STATES:
+                raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new questions")
+            turn_id = await turns.current_turn(conn, session_id)
+            if turn_id is None:
+                # A question needs a turn to belong to; asking opens the session's first turn.
+                turn_id = new_turn = (await turns.insert_turn(conn, session_id)).id
+            reused = await repo.find_active_by_signature(conn, session_id, signature)
+            if reused is not None:
+                pending_id = reused
+                changed = await repo.attach_waiter(
+                    conn,
+                    session_id=session_id,
+                    pending_id=pending_id,
+                    waiter_id=waiter.waiter_id,
+                    waiter_instance=self.hub.instance_id,
+                )
+            else:
+                pending_id = new_id()
+                records = await repo.insert_bundle(
+                    conn,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    pending_id=pending_id,
+                    questions=specs,
+                    context=context,
+                    signature=signature,
+                    waiter_id=waiter.waiter_id,
+                    waiter_instance=self.hub.instance_id,
+                )
+                changed = [r.id for r in records]
+            waiter.pending_id = pending_id
+            state_changed = session.state != SessionState.WAITING_FOR_INPUT
+            if state_changed:
+                await tasks.set_session_state(conn, session_id, SessionState.WAITING_FOR_INPUT.value)
+            await tasks.bump_pending_seq(conn, session_id)
+            bundle = await self._load(conn, pending_id)
+        assert bundle is not None
+        log.info(
+            "clarification asked" if reused is None else "clarification re-attached",
+            extra={
+                "event": "clarification.asked" if reused is None else "clarification.attached",
+                "pending_id": pending_id,
+                "session_id": session_id,
+                "turn_id": turn_id,
+                "waiter_id": waiter.waiter_id,
+            },
+        )
+        if new_turn is not None:
+            await publish_session_change(
+                self.deps.bus,
+                task_id=session.task_id,
+                session_id=session_id,
+                kind="turn.started",
+                turn_id=new_turn,
+            )
+        kind = "message.added" if reused is None else "message.updated"
+        await self._publish(session.task_id, session_id, kind, changed)
+        if state_changed:
+            await publish_session_change(
+                self.deps.bus, task_id=session.task_id, session_id=session_id, kind="session.state"
+            )
+        return bundle
+
+    async def _wait(self, waiter: Waiter, wait_seconds: float) -> WaitOutcome:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        assert waiter.pending_id is not None
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                notice = await asyncio.wait_for(waiter.queue.get(), remaining)
+            except TimeoutError:
+                break
+            if notice.kind == "handoff" and notice.claim is not None:
+                confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
+                if confirmed is not None:
+                    return confirmed
+                continue
+            waiter.wake_queued = False
+            ended = await self._ended_elsewhere(waiter)
+            if ended is not None:
+                waiter.finished = True
+                return ended
+        waiter.finished = True
+        await self._bounded(self._detach(waiter, "timeout"))
+        return Detached(waiter.pending_id)
+
+    async def _ended_elsewhere(self, waiter: Waiter) -> WaitOutcome | None:
+        """After a session event: has something else ended this waiter's hold on its bundle?"""
+        assert waiter.pending_id is not None
+        bundle = await self.bundle(waiter.pending_id)
+        if bundle is None:
+            return Closed(waiter.pending_id, ClarificationStatus.CANCELLED.value)
+        state = bundle.state
+        if state == BundleState.DELIVERY_CLAIMED:
+            return None  # a hand-off is on its way (or its responder will restore the claim)
+        if state == BundleState.ACTIVE_LIVE and bundle.waiter_id == waiter.waiter_id:
+            return None
+        if state == BundleState.TERMINAL:
+            statuses = Counter(r.status for r in bundle.rows if not r.is_pending)
+            status = statuses.most_common(1)[0][0] if statuses else ClarificationStatus.EXPIRED.value
+            log.info(
+                "waiter released",
+                extra={
+                    "event": "clarification.waiter_closed",
+                    "pending_id": bundle.pending_id,
+                    "status": status,
+                },
+            )
+            return Closed(waiter.pending_id, status)
+        # Detached by turn teardown, superseded by a newer turn, or taken over by a newer waiter.
+        log.info(
+            "waiter released",
+            extra={"event": "clarification.waiter_detached", "pending_id": bundle.pending_id, "state": state},
+        )
+        return Detached(waiter.pending_id)
+
+    async def _detach(self, waiter: Waiter, reason: str) -> None:
+        assert waiter.pending_id is not None
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [waiter.session_id])
+            changed = await repo.detach(
+                conn, waiter.session_id, pending_id=waiter.pending_id, waiter_id=waiter.waiter_id
+            )
+            session = await tasks.get_session(conn, waiter.session_id) if changed else None
+        if session is None:
+            return
+        log.info(
+            "clarification detached",
+            extra={"event": "clarification.detached", "pending_id": waiter.pending_id, "reason": reason},
+        )
+        await self._publish(session.task_id, session.id, "message.updated", [m for m, _ in changed])
+
+    async def detach_session(self, session_id: str) -> int:
+        """Turn teardown: detach every attached pending bundle of the session's current turn."""
+
+        async def run() -> int:
+            async with self.deps.db.write() as conn:
+                await locks.lock_sessions(conn, [session_id])
+                changed = await repo.detach(conn, session_id)
+                session = await tasks.get_session(conn, session_id)
+            for pending_id in sorted({p for _, p in changed}):
+                log.info(
+                    "clarification detached",
+                    extra={"event": "clarification.detached", "pending_id": pending_id, "reason": "teardown"},
+                )
+            await self._publish(session.task_id, session_id, "message.updated", [m for m, _ in changed])
+            return len(changed)
+
+        return await self._bounded(run())
+
+    async def _confirm(self, waiter: Waiter, claim: Claim, reply_to: str | None) -> WaitOutcome | None:
+        """Durable confirmation BEFORE the agent sees the answer; None when a restore won the race."""
+        await faults.hit("before_confirm")
+        settled = await self._bounded(self._finalize(claim))
+        if not settled:
+            log.info(
+                "confirmation lost to restore",
+                extra={"event": "clarification.confirm_lost", "claim_id": claim.claim_id},
+            )
+            return None
+        waiter.finished = True
+        await self.hub.confirm(reply_to, claim.claim_id, True)
+        log.info(
+            "clarification delivered",
+            extra={
+                "event": "clarification.delivered",
+                "pending_id": claim.pending_id,
+                "claim_id": claim.claim_id,
+                "rejected": claim.rejected,
+            },
+        )
+        await self._publish(claim.task_id, claim.session_id, "message.updated", [r.id for r in settled])
+        if claim.rejected:
+            return Rejected(claim.pending_id)
+        return Answered(claim.pending_id, claim.answers)
+
+    async def _finalize(self, claim: Claim) -> list[BundleRow]:
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [claim.session_id])
+            return await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
+
+    # --- respond --------------------------------------------------------------------------------
+
+    async def respond(
+        self,
+        pending_id: str,
+        answers: Sequence[Answer],
+        *,
+        rejected: bool,
+        authorize: Authorize = _allow,
+    ) -> RespondOutcome:
+        async with self.deps.db.write() as conn:
+            session_id = await repo.session_of_bundle(conn, pending_id)
+            if session_id is None:
+                raise NotFound("clarification", pending_id)
+            await locks.lock_sessions(conn, [session_id])
+            bundle = await self._load(conn, pending_id)
+            if bundle is None:
+                raise NotFound("clarification", pending_id)
+            authorize(bundle.task_id)
+            decision = decide_response(bundle.state, rejected=rejected)
+            if decision.action == RespondAction.CONFLICT:
+                assert decision.conflict is not None
+                return Conflict(pending_id, decision.conflict, bundle)
+            valid = validate_answers(bundle, answers, rejected=rejected)
+            live = decision.action == RespondAction.DELIVER_LIVE
+            claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
+            claimed = await repo.claim(
+                conn,
+                session_id=session_id,
+                pending_id=pending_id,
+                message_ids=[r.id for r in bundle.pending_rows],
+                answers=valid,
+                rejected=rejected,
+                claim_id=claim_id,
+                detach_rows=not live,
+            )
+            if not claimed:  # cannot happen under the lock; kept so a lost claim is never a success
+                return Conflict(pending_id, ConflictReason.DELIVERY_CLAIMED, bundle)
+            await tasks.bump_pending_seq(conn, session_id)
+        after = _merge(bundle, claimed)
+        log.info(
+            "clarification claimed",
+            extra={
+                "event": "clarification.claimed",
+                "pending_id": pending_id,
+                "claim_id": claim_id,
+                "action": decision.action.value,
+                "messages": len(claimed),
+            },
+        )
+        if claim_id is None:
+            await self._publish(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
+            return Responded(after, resumed=False)
+        assert bundle.turn_id is not None
+        claim = Claim(
+            claim_id=claim_id,
+            pending_id=pending_id,
+            session_id=session_id,
+            task_id=bundle.task_id,
+            turn_id=bundle.turn_id,
+            message_ids=tuple(r.id for r in claimed),
+            answers=tuple(valid[q] for q in sorted(valid)),
+            rejected=rejected,
+        )
+        await faults.hit("after_claim")
+        if live:
+            return await self._bounded(
+                self._deliver_live(claim, bundle, after),
+                self.deps.settings.live_confirmation_seconds + 2 * self.deps.settings.persistence_seconds,
+            )
+        return await self._bounded(
+            self._resume(claim, after),
+            self.deps.settings.dispatch_seconds + 2 * self.deps.settings.persistence_seconds,
+        )
+
+    async def _deliver_live(self, claim: Claim, bundle: Bundle, after: Bundle) -> RespondOutcome:
+        assert bundle.waiter_instance is not None and bundle.waiter_id is not None
+        async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
+            try:
+                await self.hub.hand_off(bundle.waiter_instance, bundle.waiter_id, claim)
+                confirmed = await asyncio.wait_for(
+                    asyncio.shield(confirmation), self.deps.settings.live_confirmation_seconds
+                )
+            except Exception:
+                log.warning(
+                    "live delivery not confirmed",
+                    extra={"event": "clarification.delivery_unconfirmed", "claim_id": claim.claim_id},
+                )
+                confirmed = False
+        if confirmed:
+            return Responded(_finalized(after, claim), resumed=False)
+        return await self._recover_claim(claim, after, "the agent did not confirm the answer")
+
+    async def _resume(self, claim: Claim, after: Bundle) -> RespondOutcome:
+        try:
+            outcome = await self.resumer.resume(claim)
+        except Exception:
+            log.exception(
+                "resume failed", extra={"event": "clarification.resume_failed", "claim_id": claim.claim_id}
+            )
+            return await self._recover_claim(claim, after, "the agent could not be resumed")
+        if outcome.accepted:
+            log.info(
+                "clarification resumed", extra={"event": "clarification.resumed", "claim_id": claim.claim_id}
+            )
+            await self._publish(claim.task_id, claim.session_id, "message.updated", claim.message_ids)
+            return Responded(_finalized(after, claim), resumed=True)
+        if outcome.retryable:
+            return await self._recover_claim(
+                claim, after, outcome.message or "the agent could not be resumed"
+            )
+        await self._publish(claim.task_id, claim.session_id, "message.updated", claim.message_ids)
+        return DeliveryFailed(
+            claim.pending_id, False, outcome.message or "the answer may have reached the agent"
+        )
+
+    async def _recover_claim(self, claim: Claim, after: Bundle, why: str) -> RespondOutcome:
+        """Restore exactly this claim while still current; otherwise settle it. Exactly one of the
+        waiter's finalize and this restore wins (both require the claim's intent, under the lock)."""
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [claim.session_id])
+            restored = await repo.restore_claim(
+                conn, claim.session_id, claim.message_ids, claim.claim_id, detach_rows=True
+            )
+            retired: list[BundleRow] = []
+            if restored:
+                await tasks.bump_pending_seq(conn, claim.session_id)
+            else:
+                retired = await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
+        if restored:
+            log.info(
+                "claim restored",
+                extra={
+                    "event": "clarification.restored",
+                    "claim_id": claim.claim_id,
+                    "pending_id": claim.pending_id,
+                },
+            )
+            converged = ""
+            if self.refresh_summaries is not None:
+                try:
+                    await self.refresh_summaries([claim.task_id])
+                except Exception as exc:
+                    converged = f"; task summary not yet converged ({exc})"
+            # Published even when the summary acknowledgement failed: durable pending state is the truth.
+            await self._publish(claim.task_id, claim.session_id, "message.updated", restored)
+            return DeliveryFailed(
+                claim.pending_id, True, f"{why}; the question is answerable again{converged}"
+            )
+        if retired:
+            log.info(
+                "claim retired",
+                extra={
+                    "event": "clarification.retired",
+                    "claim_id": claim.claim_id,
+                    "pending_id": claim.pending_id,
+                },
+            )
+            await self._publish(claim.task_id, claim.session_id, "message.updated", [r.id for r in retired])
+            return DeliveryFailed(claim.pending_id, False, f"{why}; the question is no longer current")
+        # Neither: the waiter's durable confirmation won the race.
+        return Responded(_finalized(after, claim), resumed=False)
+
+    # --- cancel ---------------------------------------------------------------------------------
+
+    async def cancel(self, pending_id: str, authorize: Authorize = _allow) -> bool:
+        """Cancel a request still owned by a live waiter; False for anything else (nothing written)."""
+        async with self.deps.db.write() as conn:
+            session_id = await repo.session_of_bundle(conn, pending_id)
+            if session_id is None:
+                return False
+            await locks.lock_sessions(conn, [session_id])
+            bundle = await self._load(conn, pending_id)
+            if bundle is None:
+                return False
+            authorize(bundle.session_id)
+            if bundle.state != BundleState.ACTIVE_LIVE:
+                return False
+            changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
+            if changed:
+                await tasks.bump_pending_seq(conn, session_id)
+        if not changed:
+            return False
+        log.info(
+            "clarification cancelled", extra={"event": "clarification.cancelled", "pending_id": pending_id}
+        )
+        await self._publish(bundle.task_id, session_id, "message.updated", changed)
+        return True
+
+    # --- workflow guard -------------------------------------------------------------------------
+
+    async def advance_task(
+        self, task_id: str, to_step: str, authorize: Authorize = _allow
+    ) -> TaskAdvanced | TaskAdvanceBlocked:
+        step = to_step.strip()
+        if not step or len(step) > MAX_STEP:
+            raise InvalidInput("toStep", f"must be 1-{MAX_STEP} characters")
+        async with self.deps.db.write() as conn:
+            await tasks.get_task(conn, task_id)
+            authorize(task_id)
+            sessions = await tasks.list_sessions(conn, [task_id])
+            await locks.lock_sessions(conn, [s.id for s in sessions])
+            try:
+                faults.check("workflow_guard_read")
+                blocking = await repo.sessions_with_active_bundles(conn, task_id)
+            except Exception:
+                # Fail closed: an unreadable pending state never lets the workflow move on.
+                log.exception(
+                    "workflow guard read failed", extra={"event": "workflow.guard_failed", "task_id": task_id}
+                )
+                return TaskAdvanceBlocked(task_id, "pending clarification state could not be read", None)
+            if blocking:
+                return TaskAdvanceBlocked(
+                    task_id, "a session of the task has an active clarification", blocking[0]
+                )
+            task = await tasks.set_workflow_step(conn, task_id, step)
+        log.info("task advanced", extra={"event": "workflow.advanced", "task_id": task_id, "step": step})
+        return TaskAdvanced(task)
+
+
+def _merge(bundle: Bundle, changed: Sequence[BundleRow]) -> Bundle:
+    by_id = {r.id: r for r in changed}
+    return replace(bundle, rows=tuple(by_id.get(r.id, r) for r in bundle.rows), waiter_alive=False)
+
+
+def _finalized(after: Bundle, claim: Claim) -> Bundle:
+    rows = []
+    for r in after.rows:
+        if r.id in claim.message_ids:
+            md = {k: v for k, v in r.metadata.items() if k != INTENT_KEY}
+            md[CLAIM_KEY] = claim.claim_id
+            r = BundleRow(r.id, r.session_id, r.turn_id, md)
+        rows.append(r)
+    return replace(after, rows=tuple(rows))

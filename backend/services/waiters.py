@@ -1,0 +1,245 @@
+"""The live waiters of this process and the hand-off of claimed answers to them, across processes.
+
+Every process has an instance id. A waiter's bundle rows record `waiter_id` and `waiter_instance`.
+A responder (in any process) claims the answer durably, then hands the claim to that instance over
+the event bus (channel `turnwise.instance.<id>`; in-process when it is its own). The waiter confirms
+through the database and answers the responder on the responder's instance channel. Liveness of a
+remote waiter = its instance's heartbeat in the meta table is fresh and the bus is shared (not
+`memory://`); of a local waiter = it is registered here. Waiters also wake on every session event of
+their session (one bus subscription per process) and re-read their bundle: events carry ids only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from backend.db.engine import utcnow
+from backend.domain.ids import new_id
+from backend.domain.lifecycle import Answer, Claim
+from backend.events import TASK_CHANNEL
+from backend.repository import instances
+from backend.services.context import Deps
+
+log = logging.getLogger("turnwise.clarification")
+
+INSTANCE_CHANNEL = "turnwise.instance"
+
+
+def instance_channel(instance_id: str) -> str:
+    return f"{INSTANCE_CHANNEL}.{instance_id}"
+
+
+def claim_to_json(claim: Claim) -> dict[str, Any]:
+    return asdict(claim)
+
+
+def claim_from_json(data: dict[str, Any]) -> Claim:
+    return Claim(
+        claim_id=str(data["claim_id"]),
+        pending_id=str(data["pending_id"]),
+        session_id=str(data["session_id"]),
+        task_id=str(data["task_id"]),
+        turn_id=str(data["turn_id"]),
+        message_ids=tuple(str(m) for m in data["message_ids"]),
+        answers=tuple(
+            Answer(
+                str(a["question_id"]), tuple(str(s) for s in a["selected_option_ids"]), a.get("custom_text")
+            )
+            for a in data["answers"]
+        ),
+        rejected=bool(data["rejected"]),
+    )
+
+
+@dataclass
+class Notice:
+    kind: str  # "handoff" | "wake"
+    claim: Claim | None = None
+    reply_to: str | None = None
+
+
+@dataclass
+class Waiter:
+    session_id: str
+    waiter_id: str = field(default_factory=new_id)
+    pending_id: str | None = None
+    queue: asyncio.Queue[Notice] = field(default_factory=asyncio.Queue)
+    wake_queued: bool = False
+    finished: bool = False
+
+    def wake(self) -> None:
+        # Coalesced: one queued wake re-reads the newest state, however many events arrived.
+        if not self.wake_queued:
+            self.wake_queued = True
+            self.queue.put_nowait(Notice("wake"))
+
+
+class WaiterHub:
+    def __init__(self, deps: Deps) -> None:
+        self.deps = deps
+        self.instance_id = deps.instance_id
+        self._waiters: dict[str, Waiter] = {}
+        self._by_session: dict[str, set[str]] = {}
+        self._confirmations: dict[str, asyncio.Future[bool]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.started = False
+
+    @property
+    def shared_bus(self) -> bool:
+        return not self.deps.bus.url.startswith("memory://")
+
+    @property
+    def stale_after(self) -> dt.timedelta:
+        return dt.timedelta(seconds=3 * self.deps.settings.heartbeat_seconds)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self.started:
+            return
+        async with self.deps.db.write() as conn:
+            await instances.beat(conn, self.instance_id)
+        for channel, handler in (
+            (instance_channel(self.instance_id), self._on_instance_message),
+            (TASK_CHANNEL, self._on_session_event),
+        ):
+            ready = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._listen(channel, handler, ready)))
+            await asyncio.wait_for(ready.wait(), 10)
+        self._tasks.append(asyncio.create_task(self._heartbeat()))
+        self.started = True
+        log.info("waiter hub started", extra={"event": "waiters.started", "instance_id": self.instance_id})
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._tasks.clear()
+        if self.started:
+            with contextlib.suppress(Exception):
+                async with self.deps.db.write() as conn:
+                    await instances.forget(conn, self.instance_id)
+        self.started = False
+
+    async def _listen(self, channel: str, handler: Any, ready: asyncio.Event) -> None:
+        while True:
+            try:
+                async with self.deps.bus.subscribe(channel) as events:
+                    ready.set()
+                    async for event in events:
+                        try:
+                            await handler(event)
+                        except Exception:
+                            log.exception("waiter hub message failed", extra={"channel": channel})
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("waiter hub subscription lost; resubscribing", extra={"channel": channel})
+                await asyncio.sleep(0.5)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.deps.settings.heartbeat_seconds)
+            try:
+                async with self.deps.db.write() as conn:
+                    await instances.beat(conn, self.instance_id)
+            except Exception:
+                log.exception("heartbeat failed", extra={"instance_id": self.instance_id})
+
+    # --- registry -------------------------------------------------------------------------------
+
+    def register(self, session_id: str) -> Waiter:
+        waiter = Waiter(session_id)
+        self._waiters[waiter.waiter_id] = waiter
+        self._by_session.setdefault(session_id, set()).add(waiter.waiter_id)
+        return waiter
+
+    def unregister(self, waiter: Waiter) -> None:
+        self._waiters.pop(waiter.waiter_id, None)
+        ids = self._by_session.get(waiter.session_id)
+        if ids is not None:
+            ids.discard(waiter.waiter_id)
+            if not ids:
+                del self._by_session[waiter.session_id]
+
+    def is_local_waiter(self, waiter_id: str | None) -> bool:
+        return waiter_id is not None and waiter_id in self._waiters
+
+    def alive(self, instance_id: str | None, waiter_id: str | None, heartbeat: dt.datetime | None) -> bool:
+        """Can a hand-off to this waiter be confirmed? Decides ACTIVE_LIVE vs ACTIVE_DETACHED."""
+        if instance_id is None or waiter_id is None:
+            return False
+        if instance_id == self.instance_id:
+            return self.is_local_waiter(waiter_id)
+        if not self.shared_bus or heartbeat is None:
+            return False
+        return utcnow() - heartbeat < self.stale_after
+
+    def needs_heartbeat(self, instance_id: str | None) -> bool:
+        return instance_id is not None and instance_id != self.instance_id and self.shared_bus
+
+    # --- hand-off -------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def expect_confirmation(self, claim_id: str) -> AsyncIterator[asyncio.Future[bool]]:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._confirmations[claim_id] = future
+        try:
+            yield future
+        finally:
+            self._confirmations.pop(claim_id, None)
+
+    async def hand_off(self, instance_id: str, waiter_id: str, claim: Claim) -> None:
+        message = {
+            "type": "handoff",
+            "waiter_id": waiter_id,
+            "reply_to": self.instance_id,
+            "claim": claim_to_json(claim),
+        }
+        if instance_id == self.instance_id:
+            await self._on_instance_message(message)
+        else:
+            await self.deps.bus.publish(instance_channel(instance_id), message)
+
+    async def confirm(self, reply_to: str | None, claim_id: str, ok: bool) -> None:
+        """Tell the responder the outcome of its hand-off (ok = durably finalized by the waiter)."""
+        message = {"type": "confirmed", "claim_id": claim_id, "ok": ok}
+        if reply_to is None:
+            return
+        if reply_to == self.instance_id:
+            await self._on_instance_message(message)
+        else:
+            try:
+                await self.deps.bus.publish(instance_channel(reply_to), message)
+            except Exception:
+                # The database holds the truth; the responder re-checks it when its wait ends.
+                log.exception("confirmation publication failed", extra={"claim_id": claim_id})
+
+    async def _on_instance_message(self, message: dict[str, Any]) -> None:
+        if message.get("type") == "handoff":
+            claim = claim_from_json(message["claim"])
+            waiter = self._waiters.get(str(message.get("waiter_id")))
+            if waiter is None or waiter.finished or waiter.pending_id != claim.pending_id:
+                # Nobody here can confirm it: say so at once, so the responder restores the claim
+                # instead of waiting out its bound.
+                await self.confirm(message.get("reply_to"), claim.claim_id, False)
+                return
+            waiter.queue.put_nowait(Notice("handoff", claim, message.get("reply_to")))
+        elif message.get("type") == "confirmed":
+            future = self._confirmations.get(str(message.get("claim_id")))
+            if future is not None and not future.done():
+                future.set_result(bool(message.get("ok")))
+
+    async def _on_session_event(self, event: dict[str, Any]) -> None:
+        for waiter_id in list(self._by_session.get(str(event.get("session_id")), ())):
+            waiter = self._waiters.get(waiter_id)
+            if waiter is not None:
+                waiter.wake()
