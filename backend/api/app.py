@@ -16,6 +16,7 @@ from backend import faults
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
 from backend.api.schema import build_schema
+from backend.api.web import web_routes
 from backend.config import Settings
 from backend.db import migrate
 from backend.db.engine import Database
@@ -119,6 +120,7 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             Route("/readyz", readyz),
             Route("/graphql", view, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", view),
+            *web_routes(),
         ],
         lifespan=lifespan,
     )

@@ -1,0 +1,1 @@
+"""The web app's browser layer: GraphQL transport, rendering and wiring around the client kit."""

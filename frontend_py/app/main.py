@@ -1,0 +1,662 @@
+"""The web app: sign-in, routes, task activation per layout, live updates and the clarification card.
+
+Thin by design: ordering, pending derivation and activation live in the kit (``frontend_py.kit``);
+this module moves data between the transport, the kit's ``Store`` and the DOM.
+"""
+
+import asyncio
+
+import js  # type: ignore[import-not-found]
+from pyscript import document, window  # type: ignore[import-not-found]
+from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
+
+from frontend_py.app import net, queries, view
+from frontend_py.kit import ActivationController, Navigator, Store, session_route, task_route
+
+try:
+    from typing import Any
+except ImportError:  # MicroPython: annotations are never evaluated there
+    pass
+
+PHONE_MEDIA = "(max-width: 767px)"
+TOKEN_KEY = "turnwise.token"
+KEEP: list[Any] = []  # proxies and tasks that must live as long as the page
+
+
+def _js_none(value: Any) -> bool:
+    return value is None or str(value) in ("null", "undefined")
+
+
+def _attr(element: Any, name: str) -> str | None:
+    value = element.getAttribute(name)
+    return None if _js_none(value) else str(value)
+
+
+def parse_route(path: str) -> tuple[str | None, str | None]:
+    """``/t/<task>`` and ``/t/<task>/s/<session>``; anything else is the task list."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] == "t":
+        if len(parts) >= 4 and parts[2] == "s":
+            return (parts[1], parts[3])
+        return (parts[1], None)
+    return (None, None)
+
+
+def read_token() -> str | None:
+    """``#token=...`` signs in: kept in local storage and removed from the address bar."""
+    location = window.location
+    fragment = str(location.hash or "")
+    if fragment.startswith("#token="):
+        token = str(window.decodeURIComponent(fragment[7:]))
+        if token:
+            window.localStorage.setItem(TOKEN_KEY, token)
+        window.history.replaceState(None, "", str(location.pathname) + str(location.search or ""))
+    stored = window.localStorage.getItem(TOKEN_KEY)
+    return None if _js_none(stored) or not str(stored) else str(stored)
+
+
+def _spawn(coroutine: Any) -> None:
+    task = asyncio.create_task(coroutine)
+    KEEP.append(task)
+    if len(KEEP) > 200:
+        del KEEP[:100]
+
+
+class _SheetNavigator(Navigator):
+    """What a mounted sheet's activation may do; the kit calls it only for live continuations."""
+
+    def __init__(self, app: "App") -> None:
+        self.app = app
+
+    def navigate(self, route: str) -> None:
+        self.app.go(route)
+
+    def release_session_layout(self) -> None:
+        self.app.release_session()
+
+    def close_sheet(self) -> None:
+        self.app.set_drawer(False)
+
+
+class App:
+    def __init__(self, token: str) -> None:
+        origin = str(window.location.origin)
+        self.http = net.Http(origin + "/graphql", token)
+        ws_origin = "wss" + origin[5:] if origin.startswith("https") else "ws" + origin[4:]
+        self.socket = net.Socket(ws_origin + "/graphql", token, on_reconnect=self._on_reconnect)
+        self.store = Store()
+        self.task_order: list[str] = []
+        self.route_task: str | None = None
+        self.route_session: str | None = None
+        self.media = window.matchMedia(PHONE_MEDIA)
+        self.phone = bool(self.media.matches)
+        self.drawer_open = False
+        self.controller = self._mount_controller()
+        self.bundles: dict[str, dict[str, Any]] = {}
+        # The card's draft belongs to one bundle; a new bundle starts a clean draft.
+        self.card_pending: str | None = None
+        self.selections: dict[str, list[str]] = {}
+        self.custom: dict[str, str] = {}
+        self.card_busy = False
+        self.card_error: str | None = None
+        self.hidden: set[str] = set()
+        self.resolved: set[str] = set()
+        self.notice: tuple[str | None, Any] | None = None
+        self.summary_sub: str | None = None
+        self.projection_sub: tuple[str, str] | None = None
+        self.events_sub: tuple[str, str] | None = None
+        self.history_loads: dict[str, int] = {}
+        self.route_loads = 0
+        self.refetching = False
+        self._html: dict[str, str] = {}
+        self.signed_out = False
+
+    # --- start-up ------------------------------------------------------------------------------
+
+    async def boot(self) -> None:
+        document.getElementById("app").hidden = False
+        document.getElementById("boot").hidden = True
+        self._listen()
+        self._apply_layout()
+        self.socket.start()
+        self.summary_sub = self.socket.subscribe(queries.TASK_SUMMARIES, {}, self._on_summary)
+        try:
+            await self.load_tasks()
+        except net.Unauthorized:
+            self.sign_out("That token was not accepted. Sign in again.")
+            return
+        except Exception as error:
+            self._set_html(
+                "task-list", '<p class="empty error">Could not load tasks: ' + view.esc(error) + "</p>"
+            )
+            return
+        self.render()
+        document.documentElement.setAttribute("data-ready-at", str(window.performance.now()))
+        document.documentElement.setAttribute("data-ready", "true")
+        self.set_route(str(window.location.pathname))
+
+    def _listen(self) -> None:
+        handlers = [
+            (document, "click", self.on_click),
+            (document, "input", self.on_input),
+            (document, "keydown", self.on_key),
+            # PyScript's ``window`` proxy cannot bind addEventListener under MicroPython; js.window can.
+            (js.window, "popstate", lambda event: self.set_route(str(window.location.pathname))),
+            (self.media, "change", lambda event: self._apply_layout()),
+        ]
+        for target, name, handler in handlers:
+            proxy = create_proxy(handler)
+            KEEP.append(proxy)
+            target.addEventListener(name, proxy)
+
+    def _mount_controller(self) -> ActivationController:
+        # One controller per mounted sheet: the phone drawer closes itself, the sidebar does not.
+        return ActivationController(
+            self.store, self.load_sessions, _SheetNavigator(self), closes_sheet=self.phone
+        )
+
+    def _apply_layout(self) -> None:
+        phone = bool(self.media.matches)
+        if phone != self.phone:
+            # The old sheet is unmounted: its in-flight continuations become inert.
+            self.controller.unmount()
+            self.phone = phone
+            self.controller = self._mount_controller()
+            self.drawer_open = False
+        aside = document.getElementById("tasks")
+        aside.setAttribute("data-testid", "task-drawer" if phone else "task-sidebar")
+        self._show_drawer()
+
+    def sign_out(self, message: str | None = None) -> None:
+        self.signed_out = True
+        window.localStorage.removeItem(TOKEN_KEY)
+        self.socket.close()
+        document.getElementById("app").hidden = True
+        show_signin(message)
+
+    # --- loads ---------------------------------------------------------------------------------
+
+    async def load_tasks(self) -> None:
+        token = self.store.begin_read()
+        data = await self.http.query(queries.TASKS)
+        tasks = data["tasks"]
+        self.task_order = [t["id"] for t in tasks]
+        self.store.apply_tasks(tasks, token)
+
+    async def load_sessions(self, task_id: str, signal: Any) -> list[dict[str, Any]]:
+        """The kit's forced, authoritative session load (aborted through ``signal``)."""
+        data = await self.http.query(queries.ACTIVATION_SESSIONS, {"taskId": task_id}, signal)
+        sessions: list[dict[str, Any]] = data["taskSessions"]
+        self._note_bundles(sessions)
+        return sessions
+
+    def _note_bundles(self, sessions: list[dict[str, Any]]) -> None:
+        for session in sessions:
+            bundle = session.get("activeClarification")
+            if isinstance(bundle, dict) and bundle.get("pendingId"):
+                self.bundles[bundle["pendingId"]] = bundle
+
+    async def load_route(self, task_id: str, session_id: str | None) -> None:
+        self.route_loads += 1
+        load = self.route_loads
+        if session_id is not None:
+            _spawn(self.load_history(session_id))
+        try:
+            data = await self.http.query(queries.ROUTE_SESSIONS, {"taskId": task_id})
+        except net.Unauthorized:
+            self.sign_out("That token was not accepted. Sign in again.")
+            return
+        except Exception as error:
+            window.console.warn("loading sessions failed: " + str(error))
+            return
+        # Session lists merge by revision, so a late one cannot win; a deleted task stays deleted.
+        if self.store.task(task_id) is None or (load != self.route_loads and task_id != self.route_task):
+            return
+        sessions = data["taskSessions"]
+        self._note_bundles(sessions)
+        self.store.apply_task_sessions(task_id, sessions)
+        self.render()
+
+    async def load_history(self, session_id: str) -> None:
+        load = self.history_loads.get(session_id, 0) + 1
+        self.history_loads[session_id] = load
+        try:
+            data = await self.http.query(queries.SESSION_HISTORY, {"sessionId": session_id})
+        except Exception as error:
+            window.console.warn("loading the session failed: " + str(error))
+            return
+        if self.history_loads.get(session_id) != load or self.store.session(session_id) is None:
+            return
+        self.store.apply_session_turns(session_id, data["sessionTurns"])
+        self.store.apply_session_messages(session_id, data["sessionMessages"])
+        self.render(scroll=True)
+
+    async def reload_turns(self, session_id: str) -> None:
+        try:
+            data = await self.http.query(queries.SESSION_TURNS, {"sessionId": session_id})
+        except Exception:
+            return
+        if self.store.session(session_id) is not None:
+            self.store.apply_session_turns(session_id, data["sessionTurns"])
+            self.render()
+
+    async def refresh_session(self, task_id: str, session_id: str) -> None:
+        await self.load_route(task_id, None)
+        await self.load_history(session_id)
+
+    async def resync(self) -> None:
+        """After a reconnect: the task list again, then the open route (subscriptions resend snapshots)."""
+        if self.refetching:
+            return
+        self.refetching = True
+        try:
+            await self.load_tasks()
+            self.render()
+            if self.route_task is not None:
+                await self.load_route(self.route_task, self.route_session)
+        except Exception as error:
+            window.console.warn("resync failed: " + str(error))
+        finally:
+            self.refetching = False
+
+    def _on_reconnect(self) -> None:
+        _spawn(self.resync())
+
+    # --- live updates --------------------------------------------------------------------------
+
+    def _on_summary(self, data: Any) -> None:
+        summary = data.get("taskSummaryChanged")
+        if not isinstance(summary, dict):
+            return
+        if self.store.task(str(summary.get("taskId"))) is None:
+            # A task this client has not listed yet: the list is the authority on what exists.
+            _spawn(self.resync())
+            return
+        if self.store.apply_task_summary(summary):
+            self.render()
+
+    def _on_projection(self, data: Any) -> None:
+        projection = data.get("pendingActionChanged")
+        if isinstance(projection, dict) and self.store.apply_projection(projection):
+            self.render()
+
+    def _on_session_event(self, session_id: str, data: Any) -> None:
+        event = data.get("sessionEvents")
+        if not isinstance(event, dict) or self.store.session(session_id) is None:
+            return
+        self.store.apply_session_event(session_id, event)
+        if self.store.turns_stale(session_id):
+            _spawn(self.reload_turns(session_id))
+        self.render(scroll=True)
+
+    # --- routes --------------------------------------------------------------------------------
+
+    def go(self, route: str) -> None:
+        if str(window.location.pathname) != route:
+            window.history.pushState(None, "", route)
+        self.set_route(route)
+
+    def set_route(self, path: str) -> None:
+        task_id, session_id = parse_route(path)
+        if task_id is not None and session_id is not None:
+            self.store.remember_session(task_id, session_id)
+        if task_id != self.route_task:
+            self._unsubscribe_projection()
+            if task_id is not None:
+                sub = self.socket.subscribe(
+                    queries.TASK_PROJECTIONS, {"taskId": task_id}, self._on_projection
+                )
+                self.projection_sub = (task_id, sub)
+        if session_id != self.route_session:
+            self._unsubscribe_events()
+            if session_id is not None:
+                opened = session_id
+
+                def on_event(data: Any) -> None:
+                    self._on_session_event(opened, data)
+
+                self.events_sub = (
+                    session_id,
+                    self.socket.subscribe(queries.SESSION_EVENTS, {"sessionId": opened}, on_event),
+                )
+        self.route_task, self.route_session = task_id, session_id
+        self.notice = None
+        self.render(scroll=True)
+        if task_id is not None:
+            _spawn(self.load_route(task_id, session_id))
+
+    def release_session(self) -> None:
+        """Let go of the open session's layout (subscription, card draft) before it is cleared."""
+        self._unsubscribe_events()
+        self.route_session = None
+        self._reset_draft(None)
+        self.render()
+
+    def _unsubscribe_events(self) -> None:
+        if self.events_sub is not None:
+            self.socket.unsubscribe(self.events_sub[1])
+            self.events_sub = None
+
+    def _unsubscribe_projection(self) -> None:
+        if self.projection_sub is not None:
+            self.socket.unsubscribe(self.projection_sub[1])
+            self.projection_sub = None
+
+    def set_drawer(self, open_: bool) -> None:
+        self.drawer_open = open_ and self.phone
+        self._show_drawer()
+
+    def _show_drawer(self) -> None:
+        body = document.body
+        if self.drawer_open:
+            body.classList.add("drawer-open")
+        else:
+            body.classList.remove("drawer-open")
+        toggle = document.getElementById("drawer-toggle")
+        toggle.setAttribute("aria-expanded", "true" if self.drawer_open else "false")
+
+    # --- DOM events ----------------------------------------------------------------------------
+
+    def on_click(self, event: Any) -> None:
+        target = event.target.closest("[data-action]")
+        if _js_none(target):
+            return
+        action = _attr(target, "data-action")
+        if action == "task":
+            task_id = _attr(target, "data-task-id")
+            if task_id:
+                _spawn(self.controller.activate(task_id))
+        elif action == "tab":
+            task_id = _attr(target, "data-task-id")
+            session_id = _attr(target, "data-session-id")
+            if task_id and session_id:
+                self.go(session_route(task_id, session_id))
+        elif action == "option":
+            self._toggle_option(
+                _attr(target, "data-question-id") or "", _attr(target, "data-option-id") or ""
+            )
+        elif action == "submit":
+            _spawn(self.respond(False))
+        elif action == "skip":
+            _spawn(self.respond(True))
+        elif action == "show-card":
+            if self.card_pending:
+                self.hidden.discard(self.card_pending)
+            self.render()
+        elif action == "dismiss-notice":
+            self.notice = None
+            self.render()
+        elif action == "drawer-toggle":
+            self.set_drawer(not self.drawer_open)
+        elif action == "drawer-close":
+            self.set_drawer(False)
+        elif action == "task-home" and self.route_task:
+            self.go(task_route(self.route_task))
+
+    def on_input(self, event: Any) -> None:
+        target = event.target
+        if str(target.tagName) == "TEXTAREA":
+            question_id = _attr(target, "data-question-id")
+            if question_id is not None:
+                self.custom[question_id] = str(target.value)
+
+    def on_key(self, event: Any) -> None:
+        if str(event.key) != "Escape":
+            return
+        if self.drawer_open:
+            self.set_drawer(False)
+            return
+        # Escape only hides the card: rejecting a question is an explicit Skip, never a side effect.
+        if self.card_pending and self.card_pending not in self.hidden:
+            self.hidden.add(self.card_pending)
+            self.render()
+
+    def _toggle_option(self, question_id: str, option_id: str) -> None:
+        question = None
+        for candidate in self._questions(self.route_session, self.card_pending):
+            if candidate.get("questionId") == question_id:
+                question = candidate
+        if question is None:
+            return
+        chosen = list(self.selections.get(question_id) or [])
+        if question.get("multiSelect"):
+            if option_id in chosen:
+                chosen.remove(option_id)
+            else:
+                chosen.append(option_id)
+        else:
+            chosen = [] if chosen == [option_id] else [option_id]
+        self.selections[question_id] = chosen
+        self.card_error = None
+        self.render()
+
+    # --- answering -----------------------------------------------------------------------------
+
+    async def respond(self, rejected: bool) -> None:
+        pending_id = self.card_pending
+        session_id = self.route_session
+        task_id = self.route_task
+        if pending_id is None or session_id is None or task_id is None or self.card_busy:
+            return
+        answers = []
+        if not rejected:
+            for question in self._questions(session_id, pending_id):
+                question_id = str(question.get("questionId"))
+                text = (self.custom.get(question_id) or "").strip()
+                chosen = self.selections.get(question_id) or []
+                if chosen or text:
+                    answers.append(
+                        {"questionId": question_id, "selectedOptionIds": chosen, "customText": text or None}
+                    )
+            if not answers:
+                self.card_error = "Choose an option or write an answer first."
+                self.render()
+                return
+        self.card_busy = True
+        self.card_error = None
+        self.render()
+        variables = {"pendingId": pending_id, "answers": answers, "rejected": rejected}
+        try:
+            data = await self.http.query(queries.RESPOND, variables)
+            result = data["respondToClarification"]
+            self._apply_response(pending_id, result)
+        except net.Unauthorized:
+            self.sign_out("That token was not accepted. Sign in again.")
+            return
+        except Exception as error:
+            self.card_error = "Could not send the answer: " + str(error)
+        self.card_busy = False
+        self.render()
+        _spawn(self.refresh_session(task_id, session_id))
+
+    def _apply_response(self, pending_id: str, result: dict[str, Any]) -> None:
+        kind = result.get("__typename")
+        if kind == "ClarificationResponded":
+            # A responded bundle is terminal: it can never become active again, so the card stays
+            # closed even before the session's events catch up.
+            self.resolved.add(pending_id)
+        elif kind == "ClarificationConflict":
+            self.resolved.add(pending_id)
+            self.notice = (result.get("reason"), result.get("bundle"))
+        elif kind == "ClarificationDeliveryFailed":
+            message = str(result.get("message") or "the agent could not be reached")
+            if result.get("retryable"):
+                self.card_error = "Not delivered: " + message + ". Your answer was kept; try again."
+            else:
+                self.resolved.add(pending_id)
+                self.notice = ("FAILED", None)
+                self.card_error = None
+
+    # --- rendering -----------------------------------------------------------------------------
+
+    def _set_html(self, element_id: str, html: str) -> bool:
+        if self._html.get(element_id) == html:
+            return False
+        self._html[element_id] = html
+        document.getElementById(element_id).innerHTML = html
+        return True
+
+    def _questions(self, session_id: str | None, pending_id: str | None) -> list[dict[str, Any]]:
+        if session_id is None or pending_id is None:
+            return []
+        found = []
+        for message in self.store.messages(session_id):
+            question = message.get("clarification")
+            if isinstance(question, dict) and question.get("pendingId") == pending_id:
+                found.append(question)
+        return found
+
+    def _reset_draft(self, pending_id: str | None) -> None:
+        if pending_id != self.card_pending:
+            self.card_pending = pending_id
+            self.selections = {}
+            self.custom = {}
+            self.card_error = None
+            self.card_busy = False
+
+    def render(self, scroll: bool = False) -> None:
+        if self.signed_out:
+            return
+        self._render_tasks()
+        self._render_main(scroll)
+
+    def _render_tasks(self) -> None:
+        tasks = []
+        actions: dict[str, Any] = {}
+        waiting = 0
+        seen = set()
+        order = list(self.task_order)
+        for task_id in self.store.task_ids():
+            if task_id not in order:
+                order.append(task_id)
+        for task_id in order:
+            task = self.store.task(task_id)
+            if task is None or task_id in seen:
+                continue
+            seen.add(task_id)
+            tasks.append(task)
+            action = self.store.task_pending_action(task_id)
+            actions[task_id] = action
+            if action:
+                waiting += 1
+        self._set_html("task-list", view.task_rows(tasks, actions, self.route_task))
+        self._set_html("task-count", str(len(tasks)))
+        self._set_html("waiting-count", str(waiting) if waiting else "")
+
+    def _render_main(self, scroll: bool) -> None:
+        task_id = self.route_task
+        task = self.store.task(task_id) if task_id else None
+        if task_id is None or task is None:
+            message = "Choose a task to see its sessions." if not task_id else "This task is not available."
+            home = (
+                '<div class="placeholder"><h1>Turnwise</h1><p>'
+                + view.esc(message)
+                + '</p><button type="button" class="btn primary phone-only" data-action="drawer-toggle">'
+                + "Show tasks</button></div>"
+            )
+            self._set_html("task-head", home)
+            self._set_html("tabs", "")
+            self._set_html("transcript", "")
+            self._set_html("card-slot", "")
+            self._reset_draft(None)
+            return
+        sessions = self.store.task_sessions(task_id)
+        head = (
+            '<div class="task-head"><h1>'
+            + view.esc(task.get("title"))
+            + '</h1><span class="step">'
+            + view.esc(task.get("workflowStep"))
+            + "</span></div>"
+        )
+        self._set_html("task-head", head)
+        self._set_html("tabs", view.session_tabs(task_id, sessions, self.route_session))
+        session_id = self.route_session
+        if session_id is None or self.store.session(session_id) is None:
+            owner = None
+            for session in sessions:
+                if session.get("pendingAction"):
+                    owner = session
+            hint = "Choose a session above."
+            if owner is not None:
+                hint = "A session of this task needs your input: it is marked with a dot above."
+            self._set_html("transcript", '<p class="empty">' + view.esc(hint) + "</p>")
+            self._set_html("card-slot", self._notice_html())
+            self._reset_draft(None)
+            return
+        active_ids = self.store.session_pending(session_id)[1]
+        changed = self._set_html(
+            "transcript",
+            view.transcript(self.store.turns(session_id), self.store.messages(session_id), active_ids),
+        )
+        self._render_card(session_id, active_ids)
+        if changed and scroll:
+            node = document.getElementById("transcript")
+            node.scrollTop = node.scrollHeight
+
+    def _notice_html(self) -> str:
+        if self.notice is None:
+            return ""
+        reason, bundle = self.notice
+        if reason == "FAILED":
+            return (
+                '<div class="notice" role="status" data-testid="clarification-conflict"><p>The answer was '
+                "accepted but the agent may not have received it; it will not be sent twice.</p></div>"
+            )
+        return view.conflict_notice(reason, bundle)
+
+    def _render_card(self, session_id: str, active_ids: list[str]) -> None:
+        pending_id = None
+        for candidate in active_ids:
+            if candidate not in self.resolved and self._questions(session_id, candidate):
+                pending_id = candidate
+                break
+        self._reset_draft(pending_id)
+        html = self._notice_html()
+        if pending_id is not None:
+            if pending_id in self.hidden:
+                html += view.reopen_pill()
+            else:
+                bundle = self.bundles.get(pending_id) or {}
+                html += view.card(
+                    pending_id,
+                    self._questions(session_id, pending_id),
+                    bundle.get("context"),
+                    self.selections,
+                    self.custom,
+                    self.card_busy,
+                    self.card_error,
+                )
+        self._set_html("card-slot", html)
+
+
+def show_signin(message: str | None = None) -> None:
+    document.getElementById("boot").hidden = True
+    panel = document.getElementById("signin")
+    panel.hidden = False
+    note = document.getElementById("signin-note")
+    note.textContent = message or ""
+    form = document.getElementById("signin-form")
+
+    def submit(event: Any) -> None:
+        event.preventDefault()
+        value = str(document.getElementById("signin-token").value).strip()
+        if value:
+            window.localStorage.setItem(TOKEN_KEY, value)
+            window.location.reload()
+
+    proxy = create_proxy(submit)
+    KEEP.append(proxy)
+    form.addEventListener("submit", proxy)
+
+
+async def start() -> None:
+    token = read_token()
+    if token is None:
+        show_signin()
+        return
+    await App(token).boot()
+
+
+def run() -> None:
+    """Entry point from the page's script tag."""
+    _spawn(start())

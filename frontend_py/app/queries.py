@@ -1,0 +1,72 @@
+"""The GraphQL documents the web app sends (contract names only; see api-contract.graphql)."""
+
+SESSION_FIELDS = """id taskId state isPrimary inputCapable createdAt pendingAction
+pendingActionRevision { epoch sequence }"""
+
+SUMMARY_FIELDS = "taskId revision pendingAction updatedAt"
+
+QUESTION_FIELDS = """pendingId questionId title prompt multiSelect status agentDisconnected
+options { id label description } response { selectedOptionIds customText }"""
+
+BUNDLE_FIELDS = "pendingId sessionId taskId turnId state context questions { " + QUESTION_FIELDS + " }"
+
+MESSAGE_FIELDS = "id sessionId turnId kind author content createdAt clarification { " + QUESTION_FIELDS + " }"
+
+TURN_FIELDS = "id sessionId startedAt completedAt createdAt lifecycleOnly"
+
+# The boot payload: every task with its summary and sessions (legacy pending fallback), one request.
+TASKS = (
+    "query TaskList { tasks { id title workflowStep primarySessionId summary { "
+    + SUMMARY_FIELDS
+    + " } sessions { "
+    + SESSION_FIELDS
+    + " } } }"
+)
+
+# The forced, authoritative load task activation makes (named so tests can hold it back).
+ACTIVATION_SESSIONS = (
+    "query ActivationSessions($taskId: ID!) { taskSessions(taskId: $taskId) { "
+    + SESSION_FIELDS
+    + " activeClarification { pendingId state context } } }"
+)
+
+ROUTE_SESSIONS = (
+    "query RouteSessions($taskId: ID!) { taskSessions(taskId: $taskId) { "
+    + SESSION_FIELDS
+    + " activeClarification { pendingId state context } } }"
+)
+
+SESSION_HISTORY = (
+    "query SessionHistory($sessionId: ID!) { sessionTurns(sessionId: $sessionId) { "
+    + TURN_FIELDS
+    + " } sessionMessages(sessionId: $sessionId) { "
+    + MESSAGE_FIELDS
+    + " } }"
+)
+
+SESSION_TURNS = (
+    "query SessionTurns($sessionId: ID!) { sessionTurns(sessionId: $sessionId) { " + TURN_FIELDS + " } }"
+)
+
+RESPOND = (
+    "mutation Respond($pendingId: ID!, $answers: [ClarificationAnswerInput!]!, $rejected: Boolean!) {"
+    " respondToClarification(pendingId: $pendingId, answers: $answers, rejected: $rejected) {"
+    " __typename"
+    " ... on ClarificationResponded { resumed bundle { pendingId state } }"
+    " ... on ClarificationConflict { pendingId reason bundle { " + BUNDLE_FIELDS + " } }"
+    " ... on ClarificationDeliveryFailed { pendingId retryable message } } }"
+)
+
+TASK_SUMMARIES = "subscription Summaries { taskSummaryChanged { " + SUMMARY_FIELDS + " } }"
+
+TASK_PROJECTIONS = (
+    "subscription Projections($taskId: ID) { pendingActionChanged(taskId: $taskId) {"
+    " sessionId pendingAction revision { epoch sequence } } }"
+)
+
+SESSION_EVENTS = (
+    "subscription Events($sessionId: ID!) { sessionEvents(sessionId: $sessionId) {"
+    " kind messageId message { "
+    + MESSAGE_FIELDS
+    + " } projection { sessionId pendingAction revision { epoch sequence } } } }"
+)
