@@ -1,0 +1,308 @@
+"""Subscriptions over real servers: events converge a client to a fresh fetch (Zulip's pattern),
+snapshots make reconnects converge without replay, and Redis carries changes between processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import websockets
+
+from frontend_py.kit import revision
+from tests.api.client import Client, GraphQLError, Subscription
+from tests.api.gql import (
+    COMPLETE,
+    DELETE,
+    MESSAGES,
+    POST,
+    PROJECTIONS,
+    SESSION_EVENTS,
+    SESSIONS,
+    SET_STATE,
+    START,
+    SUMMARIES,
+    TASKS,
+    running_session,
+)
+from tests.conftest import redis_url
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+
+
+class ClientState:
+    """What a client holds for one task: messages, session projections, the task summary."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, dict[str, Any]] = {}
+        self.projections: dict[str, dict[str, Any]] = {}
+        self.summary: dict[str, Any] | None = None
+
+    def merge_projection(self, session_id: str, pending: Any, rev: Any) -> None:
+        held = self.projections.get(session_id)
+        if held is None or revision.is_newer_or_equal(rev, held["revision"]):
+            self.projections[session_id] = {"pendingAction": pending, "revision": rev}
+
+    def apply(self, payload: dict[str, Any]) -> None:
+        if "sessionEvents" in payload:
+            event = payload["sessionEvents"]
+            if event["projection"] is not None:
+                p = event["projection"]
+                self.merge_projection(p["sessionId"], p["pendingAction"], p["revision"])
+            if event["kind"] == "DELETED":
+                self.messages.pop(event["messageId"], None)
+            else:
+                self.messages[event["messageId"]] = event["message"]
+        elif "pendingActionChanged" in payload:
+            p = payload["pendingActionChanged"]
+            self.merge_projection(p["sessionId"], p["pendingAction"], p["revision"])
+        elif "taskSummaryChanged" in payload:
+            s = payload["taskSummaryChanged"]
+            if self.summary is None or s["revision"] > self.summary["revision"]:
+                self.summary = s
+
+    def view(self) -> dict[str, Any]:
+        return {"messages": self.messages, "projections": self.projections, "summary": self.summary}
+
+
+async def fetch(admin: Client, task_id: str, session_id: str) -> dict[str, Any]:
+    """fetch_initial_state: what a fresh client would load."""
+    state = ClientState()
+    for m in (await admin.execute(MESSAGES, {"s": session_id}))["sessionMessages"]:
+        state.messages[m["id"]] = m
+    for s in (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]:
+        state.merge_projection(s["id"], s["pendingAction"], s["pendingActionRevision"])
+    state.summary = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
+    return state.view()
+
+
+@contextlib.asynccontextmanager
+async def applying(subs: list[Subscription], state: ClientState) -> AsyncIterator[None]:
+    async def pump(sub: Subscription) -> None:
+        while True:
+            state.apply(await sub.next(timeout=3600))
+
+    tasks = [asyncio.create_task(pump(s)) for s in subs]
+    try:
+        yield
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def converges(state: ClientState, expected: Callable[[], Any]) -> None:
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while True:
+        want = await expected()
+        if state.view() == want:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            assert state.view() == want
+        await asyncio.sleep(0.05)
+
+
+async def test_applying_emitted_events_to_the_old_state_equals_a_fresh_fetch(server: Server) -> None:
+    admin = Client(server.base_url, ADMIN_TOKEN)
+    try:
+        task_id, session_id = await running_session(admin)
+        state = ClientState()
+        async with (
+            admin.subscribe(SESSION_EVENTS, {"s": session_id}) as events,
+            admin.subscribe(PROJECTIONS, {"t": task_id}) as projections,
+            admin.subscribe(SUMMARIES) as summaries,
+        ):
+            initial = await fetch(admin, task_id, session_id)
+            state.messages = dict(initial["messages"])
+            state.projections = dict(initial["projections"])
+            state.summary = initial["summary"]
+            async with applying([events, projections, summaries], state):
+
+                async def fresh() -> Any:
+                    return await fetch(admin, task_id, session_id)
+
+                async def post(kind: str) -> str:
+                    body = await admin.execute(POST, {"s": session_id, "c": kind, "k": kind})
+                    return str(body["postMessage"]["id"])
+
+                await post("message")
+                await converges(state, fresh)
+                permission = await post("permission_request")
+                await converges(state, fresh)
+                assert state.summary is not None and state.summary["pendingAction"] == "PERMISSION"
+                await admin.execute(DELETE, {"m": permission})
+                await converges(state, fresh)
+                await post("permission_request")
+                await converges(state, fresh)
+                # A newer turn supersedes the older turn's request: projection and summary go clean.
+                turn = (await admin.execute(START, {"s": session_id}))["startTurn"]["id"]
+                await converges(state, fresh)
+                assert state.projections[session_id]["pendingAction"] is None
+                await post("permission_request")
+                await admin.execute(COMPLETE, {"t": turn})
+                await converges(state, fresh)
+                await admin.execute(SET_STATE, {"s": session_id, "st": "COMPLETED"})
+                await converges(state, fresh)
+                assert state.summary is not None and state.summary["pendingAction"] is None
+    finally:
+        await admin.aclose()
+
+
+async def test_pending_action_changed_sends_a_snapshot_and_a_reconnect_converges_without_replay(
+    server: Server,
+) -> None:
+    admin = Client(server.base_url, ADMIN_TOKEN)
+    try:
+        task_id, session_id = await running_session(admin)
+        async with admin.subscribe(PROJECTIONS, {"s": session_id}) as sub:
+            first = (await sub.next())["pendingActionChanged"]
+        assert first["sessionId"] == session_id and first["pendingAction"] is None
+        # Changes made while disconnected are not replayed one by one: the new snapshot is the state.
+        for _ in range(3):
+            await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
+        async with admin.subscribe(PROJECTIONS, {"t": task_id}) as sub:
+            snapshot = (await sub.next())["pendingActionChanged"]
+            assert snapshot["pendingAction"] == "PERMISSION"
+            assert int(snapshot["revision"]["sequence"]) == int(first["revision"]["sequence"]) + 3
+            with pytest.raises(asyncio.TimeoutError):
+                await sub.next(timeout=0.5)
+        async with admin.subscribe(SUMMARIES) as sub:
+            summaries = [(await sub.next())["taskSummaryChanged"]]
+            while summaries[-1]["taskId"] != task_id:
+                summaries.append((await sub.next())["taskSummaryChanged"])
+            assert summaries[-1]["pendingAction"] == "PERMISSION"
+    finally:
+        await admin.aclose()
+
+
+async def test_session_events_carry_explicit_clean_projection_and_deleted_has_no_message(
+    server: Server,
+) -> None:
+    admin = Client(server.base_url, ADMIN_TOKEN)
+    try:
+        _, session_id = await running_session(admin)
+        async with admin.subscribe(SESSION_EVENTS, {"s": session_id}) as sub:
+            posted = (await admin.execute(POST, {"s": session_id, "c": "hi", "k": "message"}))["postMessage"]
+            added = (await sub.next())["sessionEvents"]
+            assert added["kind"] == "ADDED" and added["message"]["id"] == posted["id"]
+            assert added["projection"]["pendingAction"] is None  # explicit null: clean
+            await admin.execute(DELETE, {"m": posted["id"]})
+            deleted = (await sub.next())["sessionEvents"]
+            assert deleted["kind"] == "DELETED" and deleted["message"] is None
+            assert deleted["messageId"] == posted["id"]
+    finally:
+        await admin.aclose()
+
+
+@pytest.fixture(scope="module")
+def redis_pair(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Server]]:
+    bus = redis_url()
+    request.getfixturevalue("pg_url")
+    url = fresh_database("postgresql")
+    channel_db = f"{bus.rsplit('/', 1)[0]}/0"
+    a = Server(url, broadcast_url=channel_db).start()
+    b = Server(url, broadcast_url=channel_db).start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+        drop_database(url)
+
+
+async def test_a_change_made_through_one_process_reaches_subscribers_of_the_other(
+    redis_pair: tuple[Server, Server],
+) -> None:
+    a, b = (Client(s.base_url, ADMIN_TOKEN) for s in redis_pair)
+    try:
+        task_id, session_id = await running_session(a)
+        async with (
+            b.subscribe(PROJECTIONS, {"t": task_id}) as projections,
+            b.subscribe(SESSION_EVENTS, {"s": session_id}) as events,
+        ):
+            assert (await projections.next())["pendingActionChanged"]["pendingAction"] is None
+            await a.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
+            changed = (await projections.next())["pendingActionChanged"]
+            event = (await events.next())["sessionEvents"]
+        assert changed["pendingAction"] == "PERMISSION"
+        assert event["kind"] == "ADDED" and event["projection"]["pendingAction"] == "PERMISSION"
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.fixture(scope="module")
+def limited_server() -> Iterator[Server]:
+    url = fresh_database("sqlite")
+    srv = Server(
+        url,
+        env={
+            "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION": "2",
+            "TURNWISE_MAX_QUERY_BYTES": "2000",
+            "TURNWISE_MAX_QUERY_DEPTH": "4",
+            "TURNWISE_ALLOWED_ORIGINS": "http://app.example",
+        },
+    ).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def test_oversized_and_too_deep_documents_are_refused(limited_server: Server) -> None:
+    admin = Client(limited_server.base_url, ADMIN_TOKEN)
+    try:
+        with pytest.raises(GraphQLError) as big:
+            await admin.execute("{ tasks { id } }" + " " * 3000)
+        assert big.value.codes == ["QUERY_TOO_LARGE"]
+        with pytest.raises(GraphQLError, match="exceeds maximum operation depth"):
+            await admin.execute(
+                "{ tasks { sessions { activeClarification { questions { options { id } } } } } }"
+            )
+    finally:
+        await admin.aclose()
+
+
+async def ws_connect(srv: Server, origin: str | None) -> Any:
+    headers = {} if origin is None else {"Origin": origin}
+    return await websockets.connect(
+        srv.base_url.replace("http", "ws", 1) + "/graphql",
+        subprotocols=[websockets.Subprotocol("graphql-transport-ws")],
+        additional_headers=headers,
+    )
+
+
+async def test_websocket_origins_same_origin_and_allowed_pass_others_are_refused(
+    limited_server: Server,
+) -> None:
+    for origin in (limited_server.base_url, "http://app.example", None):
+        ws = await ws_connect(limited_server, origin)
+        await ws.close()
+    with pytest.raises(websockets.InvalidStatus) as refused:
+        await ws_connect(limited_server, "http://evil.example")
+    assert refused.value.response.status_code == 403
+
+
+async def test_a_connection_holds_at_most_the_configured_number_of_subscriptions(
+    limited_server: Server,
+) -> None:
+    admin = Client(limited_server.base_url, ADMIN_TOKEN)
+    task_id, _ = await running_session(admin)
+    await admin.aclose()
+    ws = await ws_connect(limited_server, None)
+    try:
+        await ws.send(json.dumps({"type": "connection_init", "payload": {"token": ADMIN_TOKEN}}))
+        assert json.loads(await ws.recv())["type"] == "connection_ack"
+        for n in range(3):
+            payload = {"query": PROJECTIONS, "variables": {"t": task_id}}
+            await ws.send(json.dumps({"id": str(n), "type": "subscribe", "payload": payload}))
+        replies = []
+        with contextlib.suppress(asyncio.TimeoutError, websockets.ConnectionClosed):
+            while True:
+                replies.append(json.loads(await asyncio.wait_for(ws.recv(), 2)))
+        over = [r for r in replies if r.get("id") == "2"]
+        assert over and over[0]["type"] == "error", replies
+        assert [r["type"] for r in replies if r.get("id") in ("0", "1")] == ["next", "next"]
+    finally:
+        await ws.close()
