@@ -74,7 +74,7 @@ class Subscription:
         self.ws = ws
         self.id = uuid.uuid4().hex
 
-    async def next(self, timeout: float = 10.0) -> dict[str, Any]:
+    async def next(self, timeout: float = 10.0) -> dict[str, Any]:  # noqa: ASYNC109
         """The next `next` payload's data; raises on errors or completion."""
         while True:
             msg = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))

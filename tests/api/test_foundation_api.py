@@ -13,7 +13,8 @@ from tests.servers import Server
 TASK = "mutation($t: String!) { createTask(title: $t) { id title workflowStep primarySessionId } }"
 SESSION = """mutation($task: ID!, $p: Boolean!) { createSession(taskId: $task, isPrimary: $p) {
   id taskId state isPrimary inputCapable pendingAction pendingActionRevision { epoch sequence } } }"""
-START = "mutation($s: ID!, $l: Boolean!) { startTurn(sessionId: $s, lifecycleOnly: $l) { id lifecycleOnly completedAt } }"
+START = """mutation($s: ID!, $l: Boolean!) {
+  startTurn(sessionId: $s, lifecycleOnly: $l) { id lifecycleOnly completedAt } }"""
 COMPLETE = "mutation($t: ID!) { completeTurn(turnId: $t) { id completedAt } }"
 POST = """mutation($s: ID!, $c: String!, $k: String!) {
   postMessage(sessionId: $s, content: $c, kind: $k) { id turnId kind author content createdAt } }"""

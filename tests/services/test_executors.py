@@ -7,6 +7,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -88,8 +89,8 @@ async def test_scripted_executor_follows_its_script_and_logs_every_dispatch(tmp_
     executor = ScriptedExecutor(["rejected", "accepted"], log)
     outcomes = [(await executor.dispatch(request(f"t{i}"), deadline_seconds=1)).outcome for i in range(3)]
     assert outcomes == [DispatchOutcome.REJECTED, DispatchOutcome.ACCEPTED, DispatchOutcome.ACCEPTED]
-    with open(log) as fh:
-        assert [json.loads(line)["turn_id"] for line in fh] == ["t0", "t1", "t2"]
+    lines = Path(log).read_text().splitlines()  # noqa: ASYNC240 - the executor has finished writing
+    assert [json.loads(line)["turn_id"] for line in lines] == ["t0", "t1", "t2"]
 
 
 async def _reserved_turn(db: Database) -> tuple[str, str]:
