@@ -1,0 +1,319 @@
+"""Concurrency, cancel/expire, workflow guard and startup recovery, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+
+from backend import faults
+from backend.db.engine import Database
+from backend.domain import lifecycle as lc
+from backend.domain.lifecycle import Answer, BundleState, ConflictReason
+from backend.domain.states import SessionState
+from backend.repository import clarifications as repo
+from backend.repository import locks
+from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced
+from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
+
+
+async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id)
+        agent.wait()
+        results = await asyncio.gather(
+            *(
+                svc.clarifications.respond(
+                    agent.pending_id, [Answer("q1", (f"q1_opt{1 + i % 2}",), None)], rejected=False
+                )
+                for i in range(50)
+            )
+        )
+        winners = [r for r in results if isinstance(r, lc.Responded)]
+        conflicts = [r for r in results if isinstance(r, lc.Conflict)]
+        assert len(winners) == 1 and len(conflicts) == 49
+        # Losers that ran before the waiter's confirmation see the claim; later ones a terminal bundle.
+        assert {c.reason for c in conflicts} <= {ConflictReason.DELIVERY_CLAIMED, ConflictReason.TERMINAL}
+        outcome = await agent.outcome()
+        assert isinstance(outcome, lc.Answered)
+        winner_answer = winners[0].bundle.rows[0].metadata["response"]["selected_option_ids"]
+        assert list(outcome.answers[0].selected_option_ids) == winner_answer
+        await agent.close()
+
+
+async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_terminal(db: Database) -> None:
+    async with running(db, live_confirmation_seconds=0.5) as svc:
+        _, session_id = await new_session(svc)
+        # The agent asked but does not consume the hand-off: delivery stays unconfirmed.
+        agent = await Agent.ask(svc, session_id)
+        responding = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        )
+        for _ in range(200):
+            if any(r.get("response_delivery_pending") for r in await rows(db, agent.pending_id)):
+                break
+            await asyncio.sleep(0.01)
+        await svc.operations.start_turn(session_id)
+        result = await responding
+        assert isinstance(result, lc.DeliveryFailed) and result.retryable is False
+        stored = await rows(db, agent.pending_id)
+        assert {r["status"] for r in stored} == {"answered"}
+        assert not any(r.get("response_delivery_pending") for r in stored)
+        bundle = await svc.clarifications.bundle(agent.pending_id)
+        assert bundle is not None and bundle.state == BundleState.TERMINAL
+        await agent.close()
+
+
+async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while_current(
+    db: Database,
+) -> None:
+    async with running(db, live_confirmation_seconds=0.3) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id)
+        result = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        assert isinstance(result, lc.DeliveryFailed) and result.retryable is True
+        stored = await rows(db, agent.pending_id)
+        assert {r["status"] for r in stored} == {"pending"}
+        assert not any("response" in r or "response_delivery_pending" in r for r in stored)
+        # The waiter never confirmed, so it no longer counts as live: the next answer is detached.
+        bundle = await svc.clarifications.bundle(agent.pending_id)
+        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        await agent.close()
+
+
+async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None:
+    async with running(db) as svc:
+        for _ in range(5):
+            _, session_id = await new_session(svc)
+            agent = await Agent.ask(svc, session_id)
+            agent.wait()
+            async with recording(svc) as log:
+                detached, result = await asyncio.gather(
+                    svc.clarifications.detach_session(session_id),
+                    svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False),
+                )
+            stored = await rows(db, agent.pending_id)
+            if isinstance(result, lc.Responded):
+                assert stored[0]["status"] == "answered"
+                assert isinstance(await agent.outcome(), lc.Answered)
+            else:  # the detach came first: the answer took the (not yet wired) detached path
+                assert isinstance(result, lc.DeliveryFailed) and result.retryable
+                assert stored[0]["status"] == "pending" and stored[0]["agent_disconnected"] is True
+            # Only rows the detach really changed were published as detached.
+            assert detached in (0, 1)
+            assert log.kinds("message.updated").count(stored[0]["id"]) <= 2
+            await agent.close()
+
+
+async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Database) -> None:
+    async with running(db) as svc:
+        for i in range(10):
+            _, session_id = await new_session(svc)
+            agent = await Agent.ask(svc, session_id, questions(2))
+            bundle = agent.bundle
+            assert bundle is not None
+            ids = [r.id for r in bundle.rows]
+            async with db.write() as conn:
+                await locks.lock_sessions(conn, [session_id])
+                claimed = await repo.claim(
+                    conn,
+                    session_id=session_id,
+                    pending_id=agent.pending_id,
+                    message_ids=ids,
+                    answers={a.question_id: a for a in yes("q1", "q2")},
+                    rejected=False,
+                    claim_id=f"claim{i}",
+                    detach_rows=False,
+                )
+            assert len(claimed) == 2
+
+            async def finalize(sid: str = session_id, ids: list[str] = ids, claim: str = f"claim{i}") -> int:
+                async with db.write() as conn:
+                    await locks.lock_sessions(conn, [sid])
+                    return len(await repo.settle_claim(conn, ids, claim))
+
+            async def restore(sid: str = session_id, ids: list[str] = ids, claim: str = f"claim{i}") -> int:
+                async with db.write() as conn:
+                    await locks.lock_sessions(conn, [sid])
+                    return len(await repo.restore_claim(conn, sid, ids, claim, detach_rows=True))
+
+            won = (
+                await asyncio.gather(finalize(), restore())
+                if i % 2
+                else await asyncio.gather(restore(), finalize())
+            )
+            assert sorted(won) == [0, 2], won
+            stored = await rows(db, agent.pending_id)
+            assert len({r["status"] for r in stored}) == 1 and not any(
+                r.get("response_delivery_pending") for r in stored
+            )
+            await agent.close()
+
+
+async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_ones(db: Database) -> None:
+    async with running(db, live_confirmation_seconds=0.3) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id, questions(2))
+        bundle = agent.bundle
+        assert bundle is not None
+        # A historical per-row failure left q1 answered and q2 pending.
+        async with db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            await repo.claim(
+                conn,
+                session_id=session_id,
+                pending_id=agent.pending_id,
+                message_ids=[bundle.rows[0].id],
+                answers={"q1": yes("q1")[0]},
+                rejected=False,
+                claim_id=None,
+                detach_rows=False,
+            )
+        before_q1 = (await rows(db, agent.pending_id))[0]
+        failed = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False)
+        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable  # nobody consumed the hand-off
+        after = await rows(db, agent.pending_id)
+        assert after[0] == before_q1 and after[1]["status"] == "pending"
+        agent.wait()
+        ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False)
+        assert isinstance(ok, lc.DeliveryFailed)  # detached now; the resume seam is not wired
+        assert (await rows(db, agent.pending_id))[0] == before_q1
+        await agent.close()
+
+
+async def test_cancel_of_a_live_request_ends_its_waiter_and_touches_no_other_bundle(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        first = await Agent.ask(svc, session_id, questions(1))
+        second = await Agent.ask(svc, session_id, questions(2))
+        first.wait()
+        assert await svc.clarifications.cancel(first.pending_id) is True
+        outcome = await first.outcome()
+        assert isinstance(outcome, lc.Closed) and outcome.status == "cancelled"
+        assert {r["status"] for r in await rows(db, first.pending_id)} == {"cancelled"}
+        assert {r["status"] for r in await rows(db, second.pending_id)} == {"pending"}
+        assert await svc.clarifications.cancel(first.pending_id) is False
+        active = await svc.clarifications.active_bundles([session_id])
+        assert active[session_id].pending_id == second.pending_id
+        await first.close()
+        await second.close()
+
+
+async def test_cancel_of_a_detached_request_is_refused_without_a_write(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        await agent.outcome()
+        before = await rows(db, agent.pending_id)
+        assert await svc.clarifications.cancel(agent.pending_id) is False
+        assert await rows(db, agent.pending_id) == before
+        await agent.close()
+
+
+async def test_session_entering_a_terminal_state_expires_current_turn_bundles_before_publishing(
+    db: Database,
+) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id, questions(2))
+        agent.wait()
+        async with recording(svc) as log:
+            await svc.operations.set_session_state(session_id, SessionState.COMPLETED)
+        outcome = await agent.outcome()
+        assert isinstance(outcome, lc.Closed) and outcome.status == "expired"
+        assert {r["status"] for r in await rows(db, agent.pending_id)} == {"expired"}
+        kinds = [e["type"] for e in log.events]
+        assert kinds.index("session.state") > max(i for i, k in enumerate(kinds) if k == "message.updated")
+        late = await svc.clarifications.respond(agent.pending_id, yes("q1", "q2"), rejected=False)
+        assert isinstance(late, lc.Conflict) and late.reason == ConflictReason.TERMINAL
+        await agent.close()
+
+
+async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older_turn(db: Database) -> None:
+    async with running(db) as svc:
+        task_id, _ = await new_session(svc)
+        secondary = await svc.operations.create_session(task_id, is_primary=False, input_capable=True)
+        await svc.operations.start_turn(secondary.id)
+        agent = await Agent.ask(svc, secondary.id, timeout_seconds=0.05)
+        await agent.outcome()
+        blocked = await svc.clarifications.advance_task(task_id, "review")
+        assert isinstance(blocked, TaskAdvanceBlocked) and blocked.session_id == secondary.id
+        assert (await svc.reads.task(task_id)).workflow_step == "todo"
+        await svc.operations.start_turn(secondary.id)  # the question is now older-turn history
+        advanced = await svc.clarifications.advance_task(task_id, "review")
+        assert isinstance(advanced, TaskAdvanced) and advanced.task.workflow_step == "review"
+        await agent.close()
+
+
+async def test_workflow_guard_fails_closed_when_the_active_state_read_fails(db: Database) -> None:
+    async with running(db) as svc:
+        task_id, _ = await new_session(svc)
+        faults.configure(["workflow_guard_read"])
+        try:
+            result = await svc.clarifications.advance_task(task_id, "review")
+        finally:
+            faults.configure([])
+        assert isinstance(result, TaskAdvanceBlocked) and result.session_id is None
+        assert (await svc.reads.task(task_id)).workflow_step == "todo"
+
+
+async def _stranded_claim(
+    svc: object, db: Database, session_id: str, pending_id: str, ids: list[str]
+) -> None:
+    async with db.write() as conn:
+        await locks.lock_sessions(conn, [session_id])
+        claimed = await repo.claim(
+            conn,
+            session_id=session_id,
+            pending_id=pending_id,
+            message_ids=ids,
+            answers={"q1": yes("q1")[0]},
+            rejected=False,
+            claim_id="stranded",
+            detach_rows=False,
+        )
+    assert claimed
+
+
+async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answer_can_be_submitted_again(
+    db: Database,
+) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id)
+        await _stranded_claim(svc, db, session_id, agent.pending_id, [agent.bundle.rows[0].id])  # type: ignore[union-attr]
+        await agent.stream.aclose()  # the process "died": its waiter is gone
+    async with running(db) as restarted:
+        assert await restarted.recovery.recover_delivery_intents() == (1, 0)
+        assert await restarted.recovery.detach_orphaned_waiters() == 1
+        stored = await rows(db, agent.pending_id)
+        assert stored[0]["status"] == "pending" and "response_delivery_pending" not in stored[0]
+        bundle = await restarted.clarifications.bundle(agent.pending_id)
+        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        # The agent reconnects and asks again: same bundle, live again, and the answer arrives.
+        again = await Agent.ask(restarted, session_id)
+        assert again.pending_id == agent.pending_id
+        again.wait()
+        assert isinstance(
+            await restarted.clarifications.respond(again.pending_id, yes("q1"), rejected=False), lc.Responded
+        )
+        assert isinstance(await again.outcome(), lc.Answered)
+        await again.close()
+
+
+async def test_startup_retires_the_intent_of_a_superseded_or_terminal_claim(db: Database) -> None:
+    async with running(db) as svc:
+        _, superseded = await new_session(svc)
+        _, finished = await new_session(svc)
+        agents = [await Agent.ask(svc, s) for s in (superseded, finished)]
+        for s, a in zip((superseded, finished), agents, strict=True):
+            await _stranded_claim(svc, db, s, a.pending_id, [a.bundle.rows[0].id])  # type: ignore[union-attr]
+            await a.stream.aclose()
+        await svc.operations.start_turn(superseded)
+        await svc.operations.set_session_state(finished, SessionState.FAILED)
+        assert await svc.recovery.recover_delivery_intents() == (0, 2)
+        assert await svc.recovery.recover_delivery_intents() == (0, 0)
+        for a in agents:
+            stored = await rows(db, a.pending_id)
+            assert stored[0]["status"] == "answered" and "response_delivery_pending" not in stored[0]
+            bundle = await svc.clarifications.bundle(a.pending_id)
+            assert bundle is not None and bundle.state == BundleState.TERMINAL
