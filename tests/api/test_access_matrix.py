@@ -1,0 +1,265 @@
+"""The access matrix: every operation x every role x own / foreign task, one test per cell, against a
+real server. Nobody sees, changes or subscribes to a task it cannot access, and a denial for an
+inaccessible id reads exactly like the answer for an id that does not exist."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import websockets
+
+from tests.api.client import Client, GraphQLError
+from tests.api.gql import (
+    CREATE_SESSION,
+    CREATE_TASK,
+    CREATE_USER,
+    GRANT,
+    ISSUE,
+    POST,
+    PROJECTIONS,
+    SESSION_EVENTS,
+    START,
+    SUMMARIES,
+    running_session,
+    token_for,
+)
+from tests.servers import ADMIN_TOKEN, Server, fresh_database
+
+ROLES = ("admin", "support", "user", "agent", "none")
+SCOPES = ("own", "foreign")
+
+
+@dataclass
+class World:
+    """One target task with a session, an open turn and a message; `own` when granted to the caller."""
+
+    task: str
+    session: str
+    turn: str
+    message: str
+    user: str  # the user id of the admin-created target user (for grant/token operations)
+
+
+@pytest.fixture(scope="module")
+def matrix_server() -> Iterator[Server]:
+    srv = Server(fresh_database("sqlite")).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+async def people(matrix_server: Server) -> AsyncIterator[dict[str, str]]:
+    admin = Client(matrix_server.base_url, ADMIN_TOKEN)
+    suffix = uuid.uuid4().hex[:6]
+    user_id, user_token = await token_for(admin, "user", name=f"user-{suffix}")
+    _, support_token = await token_for(admin, "support", name=f"support-{suffix}")
+    agent_id = (await admin.execute(CREATE_USER, {"n": f"agent-{suffix}", "r": "agent"}))["createUser"]["id"]
+    await admin.aclose()
+    yield {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
+
+
+async def build_world(
+    admin: Client, people: dict[str, str], role: str, scope: str
+) -> tuple[World, str | None]:
+    """A fresh target and the caller's token (an agent token is bound to the target's session if own)."""
+    task_id, session_id = await running_session(admin, title=f"{role}-{scope}")
+    turn = (await admin.execute(START, {"s": session_id}))["startTurn"]["id"]
+    message = (await admin.execute(POST, {"s": session_id, "c": "hello", "k": "message"}))["postMessage"][
+        "id"
+    ]
+    target_user = (await admin.execute(CREATE_USER, {"n": f"t-{uuid.uuid4().hex[:8]}", "r": "user"}))[
+        "createUser"
+    ]["id"]
+    world = World(task_id, session_id, turn, message, target_user)
+    token: str | None
+    if role == "admin":
+        token = ADMIN_TOKEN
+    elif role == "none":
+        token = None
+    elif role == "agent":
+        # An agent's session: the target's own session, or another task's session for "foreign".
+        if scope == "own":
+            bound = session_id
+        else:
+            other_task = (await admin.execute(CREATE_TASK, {"t": "elsewhere"}))["createTask"]["id"]
+            bound = (await admin.execute(CREATE_SESSION, {"task": other_task, "p": True}))["createSession"][
+                "id"
+            ]
+        token = (await admin.execute(ISSUE, {"u": people["agent_id"], "s": bound}))["issueToken"]["token"]
+    else:
+        token = people[role]
+        if role == "user" and scope == "own":
+            await admin.execute(GRANT, {"u": people["user_id"], "t": task_id})
+    return world, token
+
+
+# operation -> (kind, document, variables from the world)
+OPS: dict[str, tuple[str, str, Any]] = {
+    "tasks": ("list", "{ tasks { id } }", lambda w: {}),
+    "task": ("nullable", "query($id: ID!) { task(id: $id) { id } }", lambda w: {"id": w.task}),
+    "taskSessions": ("read", "query($t: ID!) { taskSessions(taskId: $t) { id } }", lambda w: {"t": w.task}),
+    "sessionTurns": (
+        "read",
+        "query($s: ID!) { sessionTurns(sessionId: $s) { id } }",
+        lambda w: {"s": w.session},
+    ),
+    "sessionMessages": (
+        "read",
+        "query($s: ID!) { sessionMessages(sessionId: $s) { id } }",
+        lambda w: {"s": w.session},
+    ),
+    "users": ("admin", "{ users { id } }", lambda w: {}),
+    "createTask": ("admin", 'mutation { createTask(title: "x") { id } }', lambda w: {}),
+    "createSession": (
+        "admin",
+        "mutation($t: ID!) { createSession(taskId: $t) { id } }",
+        lambda w: {"t": w.task},
+    ),
+    "setSessionState": (
+        "admin",
+        "mutation($s: ID!) { setSessionState(sessionId: $s, state: WAITING_FOR_INPUT) { id } }",
+        lambda w: {"s": w.session},
+    ),
+    "deleteMessage": (
+        "admin",
+        "mutation($m: ID!) { deleteMessage(messageId: $m) }",
+        lambda w: {"m": w.message},
+    ),
+    "createUser": ("admin", 'mutation { createUser(name: "n-UNIQUE", role: "user") { id } }', lambda w: {}),
+    "issueToken": (
+        "admin",
+        "mutation($u: ID!) { issueToken(userId: $u) { token } }",
+        lambda w: {"u": w.user},
+    ),
+    "revokeToken": ("admin", 'mutation { revokeToken(tokenId: "no-such-token") }', lambda w: {}),
+    "grantTask": (
+        "admin",
+        "mutation($u: ID!, $t: ID!) { grantTask(userId: $u, taskId: $t) }",
+        lambda w: {"u": w.user, "t": w.task},
+    ),
+    "revokeTask": (
+        "admin",
+        "mutation($u: ID!, $t: ID!) { revokeTask(userId: $u, taskId: $t) }",
+        lambda w: {"u": w.user, "t": w.task},
+    ),
+    "startTurn": (
+        "agent",
+        "mutation($s: ID!) { startTurn(sessionId: $s) { id } }",
+        lambda w: {"s": w.session},
+    ),
+    "completeTurn": (
+        "agent",
+        "mutation($t: ID!) { completeTurn(turnId: $t) { id } }",
+        lambda w: {"t": w.turn},
+    ),
+    "postMessage": (
+        "agent",
+        'mutation($s: ID!) { postMessage(sessionId: $s, content: "hi") { id } }',
+        lambda w: {"s": w.session},
+    ),
+    "pendingActionChanged": ("subscribe", PROJECTIONS, lambda w: {"t": w.task}),
+    "sessionEvents": ("subscribe", SESSION_EVENTS, lambda w: {"s": w.session}),
+    "taskSummaryChanged": ("summaries", SUMMARIES, lambda w: {}),
+}
+
+
+def can_read(role: str, scope: str) -> bool:
+    return role in ("admin", "support") or (role in ("user", "agent") and scope == "own")
+
+
+def expected(op: str, role: str, scope: str) -> str:
+    """'ok', 'hidden' (absent from a list / null), or the error code."""
+    kind = OPS[op][0]
+    if role == "none":
+        return "UNAUTHENTICATED"
+    if kind in ("list", "nullable", "summaries"):
+        return "ok" if can_read(role, scope) else "hidden"
+    if kind in ("read", "subscribe"):
+        return "ok" if can_read(role, scope) else "NOT_FOUND"
+    if kind == "admin":
+        return "ok" if role == "admin" else "FORBIDDEN"
+    # agent operations: the admin, or the agent in its own session; readers are told no, others see nothing
+    if role == "admin" or (role == "agent" and scope == "own"):
+        return "ok"
+    return "FORBIDDEN" if can_read(role, scope) else "NOT_FOUND"
+
+
+async def outcome(srv: Server, token: str | None, op: str, world: World) -> tuple[str, str]:
+    """(outcome, error message) as the caller experiences it."""
+    kind, document, variables = OPS[op]
+    client = Client(srv.base_url, token)
+    document = document.replace("UNIQUE", uuid.uuid4().hex[:8])
+    try:
+        if kind in ("subscribe", "summaries"):
+            try:
+                async with client.subscribe(document, variables(world)) as sub:
+                    if op == "sessionEvents":
+                        # No snapshot here: make a change so an allowed subscriber has something to see.
+                        await asyncio.sleep(0.1)
+                        admin = Client(srv.base_url, ADMIN_TOKEN)
+                        await admin.execute(POST, {"s": world.session, "c": "ping", "k": "message"})
+                        await admin.aclose()
+                    seen = []
+                    try:
+                        while True:
+                            seen.append(await sub.next(timeout=0.4))
+                    except TimeoutError:
+                        pass
+            except GraphQLError as error:
+                return str(error.codes[0]), error.errors[0]["message"]
+            except (AssertionError, websockets.ConnectionClosed):  # connection_init refused
+                return "UNAUTHENTICATED", ""
+            if kind == "summaries":
+                listed = {s["taskSummaryChanged"]["taskId"] for s in seen}
+                return ("ok" if world.task in listed else "hidden"), ""
+            return ("ok" if seen else "silent"), ""
+        response = await client.raw(document, variables(world))
+        if response.status_code == 401:
+            return "UNAUTHENTICATED", ""
+        body = response.json()
+        if body.get("errors"):
+            return str(body["errors"][0]["extensions"]["code"]), body["errors"][0]["message"]
+        data = body["data"]
+        if kind == "list":
+            return ("ok" if world.task in {t["id"] for t in data["tasks"]} else "hidden"), ""
+        if kind == "nullable":
+            return ("ok" if data["task"] is not None else "hidden"), ""
+        return "ok", ""
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("op", sorted(OPS))
+async def test_access_matrix(
+    matrix_server: Server, people: dict[str, str], op: str, role: str, scope: str
+) -> None:
+    admin = Client(matrix_server.base_url, ADMIN_TOKEN)
+    try:
+        world, token = await build_world(admin, people, role, scope)
+    finally:
+        await admin.aclose()
+    got, message = await outcome(matrix_server, token, op, world)
+    assert got == expected(op, role, scope)
+    if got == "NOT_FOUND":
+        # Indistinguishable from absence: the same words an unknown id gets, naming only what was asked.
+        ghost = World(*(f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(4)), user=world.user)
+        ghost_outcome, ghost_message = await outcome(matrix_server, token, op, ghost)
+        assert ghost_outcome == "NOT_FOUND"
+        for real, fake in zip(
+            (world.task, world.session, world.turn, world.message),
+            (ghost.task, ghost.session, ghost.turn, ghost.message),
+            strict=True,
+        ):
+            message = message.replace(real, "ID")
+            ghost_message = ghost_message.replace(fake, "ID")
+        assert message == ghost_message
+        assert world.task not in message or op == "taskSessions" or op == "pendingActionChanged"
