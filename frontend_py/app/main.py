@@ -477,7 +477,7 @@ class App:
             self.resolved.add(pending_id)
         elif kind == "ClarificationConflict":
             self.resolved.add(pending_id)
-            self.notice = (result.get("reason"), result.get("bundle"))
+            self.notice = (result.get("reason"), result.get("winner"))
         elif kind == "ClarificationDeliveryFailed":
             message = str(result.get("message") or "the agent could not be reached")
             if result.get("retryable"):

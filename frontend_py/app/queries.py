@@ -52,8 +52,8 @@ RESPOND = (
     "mutation Respond($pendingId: ID!, $answers: [ClarificationAnswerInput!]!, $rejected: Boolean!) {"
     " respondToClarification(pendingId: $pendingId, answers: $answers, rejected: $rejected) {"
     " __typename"
-    " ... on ClarificationResponded { resumed bundle { pendingId state } }"
-    " ... on ClarificationConflict { pendingId reason bundle { " + BUNDLE_FIELDS + " } }"
+    " ... on ClarificationResponded { resumed responded: bundle { pendingId state } }"
+    " ... on ClarificationConflict { pendingId reason winner: bundle { " + BUNDLE_FIELDS + " } }"
     " ... on ClarificationDeliveryFailed { pendingId retryable message } } }"
 )
 

@@ -1,0 +1,438 @@
+"""The web app in Chromium against a real server: every client scenario of the spec, desktop and phone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from playwright.async_api import expect
+
+from tests.e2e.webapp import (
+    DESKTOP,
+    Api,
+    Held,
+    Network,
+    activate,
+    open_app,
+    path_of,
+    question,
+    runner,
+)
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+
+pytestmark = pytest.mark.browser
+expect.set_options(timeout=10_000)
+
+FLAVOURS = [pytest.param(False, id="desktop"), pytest.param(True, id="phone")]
+
+
+def _start(dialect: str) -> Iterator[Server]:
+    url = fresh_database(dialect)
+    server = Server(url, env={"TURNWISE_DISPATCH_SECONDS": "5"}).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def web_server() -> Iterator[Server]:
+    yield from _start("sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_web_server(pg_url: str) -> Iterator[Server]:
+    yield from _start("postgresql")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_server(request: pytest.FixtureRequest) -> Server:
+    """The core scenarios run on both dialects."""
+    name = "web_server" if request.param == "sqlite" else "pg_web_server"
+    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def api(web_server: Server) -> AsyncIterator[Api]:
+    client = Api(web_server)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def any_api(any_server: Server) -> AsyncIterator[Api]:
+    client = Api(any_server)
+    yield client
+    await client.aclose()
+
+
+def _card(page: Any) -> Any:
+    return page.get_by_test_id("clarification-card")
+
+
+async def _no_outside_requests(network: Network) -> None:
+    assert network.outside == [], "the page tried to load something from outside the local server"
+
+
+# --- the question icon, activation and the pending owner ---------------------------------------
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_the_question_icon_shows_on_a_fresh_load(
+    page: Any, any_server: Server, any_api: Api, phone: bool
+) -> None:
+    asking, (session_id,) = await any_api.task("Asks a question")
+    clean, _ = await any_api.task("Nothing to ask")
+    agent = await any_api.ask(session_id)
+    network = await open_app(page, any_server, phone=phone)
+    if phone:
+        await page.get_by_test_id("task-drawer-toggle").click()
+    row = page.get_by_test_id(f"task-row-{asking}")
+    await expect(row.get_by_test_id("task-question-icon")).to_be_visible()
+    await expect(page.get_by_test_id(f"task-row-{clean}").get_by_test_id("task-question-icon")).to_have_count(
+        0
+    )
+    await agent.disconnect()
+    await _no_outside_requests(network)
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_secondary_session_owning_the_question_opens_on_activation(
+    page: Any, any_server: Server, any_api: Api, phone: bool
+) -> None:
+    task_id, (primary, secondary) = await any_api.task("Two sessions", sessions=2)
+    # The browser has the clean session list cached and the primary session remembered.
+    network = await open_app(page, any_server, f"/t/{task_id}/s/{primary}", phone=phone)
+    await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
+    agent = await any_api.ask(secondary, context="The webhook fails under load.")
+    row = page.get_by_test_id(f"task-row-{task_id}")
+    if not phone:
+        await expect(row.get_by_test_id("task-question-icon")).to_be_visible()
+    await activate(page, task_id, phone=phone)
+    await expect(page.get_by_test_id(f"session-tab-{secondary}")).to_have_attribute("aria-selected", "true")
+    assert path_of(page) == f"/t/{task_id}/s/{secondary}"
+    await expect(_card(page)).to_be_visible()
+    await expect(_card(page)).to_contain_text("Which retry policy should the webhook use?")
+    if phone:
+        await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
+    await agent.disconnect()
+    await _no_outside_requests(network)
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_stale_owner_choice_is_discarded_when_the_summary_changes_mid_load(
+    page: Any, web_server: Server, api: Api, phone: bool
+) -> None:
+    task_id, (_primary, secondary) = await api.task("Owner moves", sessions=2)
+    agent = await api.ask(secondary)
+    network = await open_app(page, web_server, phone=phone)
+    held = Held("ActivationSessions")
+    await page.route("**/graphql", held.handle)
+    await activate(page, task_id, phone=phone)
+    await asyncio.wait_for(held.seen.wait(), 10)
+    # Meanwhile someone answers through the API: the summary changes before the load settles.
+    assert await api.respond(
+        agent.pending_id, [{"questionId": "policy", "selectedOptionIds": ["policy_opt2"]}]
+    ) == ("ClarificationResponded")
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_have_count(0)
+    held.release()
+    await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}")
+    await expect(page.locator('[role="tab"][aria-selected="true"]')).to_have_count(0)
+    await expect(_card(page)).to_have_count(0)
+    if phone:
+        await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
+    assert held.delivered == [True], "the delayed response reached the page and was discarded"
+    await _no_outside_requests(network)
+
+
+async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (primary, secondary) = await api.task("Overlapping loads", sessions=2)
+    first = await api.ask(secondary, [question("First question?")])
+    network = await open_app(page, web_server)
+    held = Held("ActivationSessions")
+    await page.route("**/graphql", held.handle)
+    await activate(page, task_id, phone=False)
+    await asyncio.wait_for(held.seen.wait(), 10)
+    # The older load's snapshot names the secondary session; by now the primary owns the question.
+    await api.respond(first.pending_id, [{"questionId": "policy", "customText": "done"}])
+    second = await api.ask(primary, [question("Second question?")])
+    await activate(page, task_id, phone=False)
+    await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
+    await expect(_card(page)).to_contain_text("Second question?")
+    held.release()
+    await asyncio.sleep(0.5)
+    assert path_of(page) == f"/t/{task_id}/s/{primary}"
+    await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
+    await expect(page.get_by_test_id(f"session-tab-{secondary}").locator(".tab-dot")).to_have_count(0)
+    await expect(_card(page)).to_contain_text("Second question?")
+    await second.disconnect()
+    await _no_outside_requests(network)
+
+
+async def test_a_load_from_an_unmounted_phone_sheet_cannot_navigate_after_a_layout_change(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (_primary, secondary) = await api.task("Resized mid-load", sessions=2)
+    agent = await api.ask(secondary)
+    network = await open_app(page, web_server, phone=True)
+    held = Held("ActivationSessions")
+    await page.route("**/graphql", held.handle)
+    await activate(page, task_id, phone=True)
+    await asyncio.wait_for(held.seen.wait(), 10)
+    await page.set_viewport_size(DESKTOP)
+    await expect(page.get_by_test_id("task-sidebar")).to_be_visible()
+    held.release()
+    await asyncio.sleep(0.5)
+    assert path_of(page) == "/"
+    await expect(_card(page)).to_have_count(0)
+    await agent.disconnect()
+    await _no_outside_requests(network)
+
+
+# --- answering ------------------------------------------------------------------------------------
+
+
+async def test_answering_from_the_card_delivers_to_the_waiting_agent(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Multi-select")
+    agent = await api.ask(
+        session_id,
+        [question("Which checks should run?", qid="checks", options=("Lint", "Types", "Tests"), multi=True)],
+    )
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await page.get_by_test_id("clarification-option-checks_opt1").click()
+    await page.get_by_test_id("clarification-option-checks_opt3").click()
+    await expect(page.get_by_test_id("clarification-option-checks_opt3")).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    await page.get_by_test_id("clarification-custom-text").fill("and the e2e suite")
+    await page.get_by_test_id("clarification-submit").click()
+    outcome = await agent.outcome()
+    assert outcome["__typename"] == "ClarificationAnswered"
+    assert outcome["answers"] == [
+        {
+            "questionId": "checks",
+            "selectedOptionIds": ["checks_opt1", "checks_opt3"],
+            "customText": "and the e2e suite",
+        }
+    ]
+    await expect(_card(page)).to_have_count(0)
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_have_count(0)
+    await _no_outside_requests(network)
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_skip_rejects_the_visible_bundle(page: Any, web_server: Server, api: Api, phone: bool) -> None:
+    task_id, (session_id,) = await api.task("Skip me")
+    agent = await api.ask(session_id)
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}", phone=phone)
+    await page.get_by_test_id("clarification-skip").click()
+    outcome = await agent.outcome()
+    assert outcome == {"__typename": "ClarificationRejected", "pendingId": agent.pending_id}
+    await expect(_card(page)).to_have_count(0)
+    assert (await api.bundle(agent.pending_id))["state"] == "TERMINAL"
+    await _no_outside_requests(network)
+
+
+async def test_escape_after_detach_closes_the_card_without_rejecting(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Escape is not Skip")
+    agent = await api.ask(session_id, wait_seconds=0.3)
+    assert (await agent.outcome())["__typename"] == "ClarificationDetached"
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await expect(_card(page)).to_be_visible()
+    await expect(page.get_by_test_id("clarification-detached")).to_be_visible()
+    await page.keyboard.press("Escape")
+    await expect(_card(page)).to_have_count(0)
+    await expect(page.get_by_test_id("clarification-reopen")).to_be_visible()
+    await asyncio.sleep(0.3)
+    assert (await api.bundle(agent.pending_id))["state"] == "ACTIVE_DETACHED"
+    await page.reload()
+    await expect(_card(page)).to_be_visible()
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_be_visible()
+    await _no_outside_requests(network)
+
+
+async def test_a_timed_out_question_accepts_a_deferred_custom_answer(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Deferred answer")
+    agent = await api.ask(session_id, wait_seconds=0.3)
+    assert (await agent.outcome())["__typename"] == "ClarificationDetached"
+    async with runner(api, session_id) as prompts:
+        network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+        await expect(page.get_by_test_id("clarification-detached")).to_contain_text("resumed")
+        await page.get_by_test_id("clarification-custom-text").fill("Use a circuit breaker instead")
+        await page.get_by_test_id("clarification-submit").click()
+        await expect(_card(page)).to_have_count(0)
+        await expect(page.get_by_test_id("clarification-error")).to_have_count(0)
+        assert len(prompts) == 1 and "Use a circuit breaker instead" in prompts[0]["prompt"]
+    bundle = await api.bundle(agent.pending_id)
+    assert bundle["state"] == "TERMINAL"
+    assert bundle["questions"][0]["response"]["customText"] == "Use a circuit breaker instead"
+    await expect(page.locator(".transcript")).to_contain_text("Use a circuit breaker instead")
+    await _no_outside_requests(network)
+
+
+async def test_losing_a_race_shows_the_winners_answer(page: Any, web_server: Server, api: Api) -> None:
+    task_id, (session_id,) = await api.task("Race")
+    agent = await api.ask(session_id)
+    frozen = asyncio.Event()
+
+    async def hold_server_messages(ws: Any) -> None:
+        # Forward both ways, except that a frozen page stops hearing the server: its card goes stale.
+        server = ws.connect_to_server()
+        server.on_message(lambda message: None if frozen.is_set() else ws.send(message))
+
+    await page.route_web_socket("**/graphql", hold_server_messages)
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await expect(_card(page)).to_be_visible()
+    frozen.set()
+    winner = [{"questionId": "policy", "selectedOptionIds": ["policy_opt2"], "customText": "every 30s"}]
+    assert await api.respond(agent.pending_id, winner) == "ClarificationResponded"
+    await page.get_by_test_id("clarification-option-policy_opt1").click()
+    await page.get_by_test_id("clarification-submit").click()
+    conflict = page.get_by_test_id("clarification-conflict")
+    await expect(conflict).to_be_visible()
+    await expect(conflict).to_contain_text("Fixed delay")
+    await expect(conflict).to_contain_text("every 30s")
+    await expect(_card(page)).to_have_count(0)
+    outcome = await agent.outcome()
+    assert outcome["answers"][0]["selectedOptionIds"] == ["policy_opt2"], "the stale answer changed nothing"
+    await _no_outside_requests(network)
+
+
+# --- superseded history, live updates, reconnects ----------------------------------------------------
+
+
+async def test_an_older_detached_question_stays_superseded_after_a_newer_bundle_is_skipped_and_reloaded(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Superseded history")
+    old = await api.ask(session_id, [question("Old question?")], wait_seconds=0.3)
+    assert (await old.outcome())["__typename"] == "ClarificationDetached"
+    newer_turn = await api.start_turn(session_id)
+    newer = await api.ask(session_id, [question("Newer question?")])
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await expect(_card(page)).to_contain_text("Newer question?")
+    await page.get_by_test_id("clarification-skip").click()
+    assert (await newer.outcome())["__typename"] == "ClarificationRejected"
+    await expect(_card(page)).to_have_count(0)
+    await page.reload()
+    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await expect(page.locator(".transcript")).to_contain_text("Old question?")
+    await expect(_card(page)).to_have_count(0)
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_have_count(0)
+    # Later turn completion cannot re-arm the old bundle.
+    await api.complete_turn(newer_turn)
+    await page.reload()
+    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await expect(page.locator(".transcript")).to_contain_text("Newer question?")
+    await expect(_card(page)).to_have_count(0)
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_have_count(0)
+    assert (await api.bundle(old.pending_id))["state"] == "SUPERSEDED_HISTORY"
+    await _no_outside_requests(network)
+
+
+async def test_a_new_question_shows_live_in_the_open_session_and_on_the_task_row(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Live question")
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await expect(page.locator(".transcript")).to_contain_text("Working on step 1.")
+    agent = await api.ask(session_id, [question("Asked while you watch?")])
+    await expect(_card(page)).to_contain_text("Asked while you watch?")
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_be_visible()
+    await agent.disconnect()
+    await _no_outside_requests(network)
+
+
+async def test_after_a_reconnect_the_app_resyncs_from_snapshots(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Reconnect")
+    connections: list[Any] = []
+    cut = asyncio.Event()
+
+    async def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+        connections.append(ws)
+        server.on_message(lambda message: None if cut.is_set() else ws.send(message))
+
+    await page.route_web_socket("**/graphql", relay)
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await expect(page.locator(".transcript")).to_contain_text("Working on step 1.")
+    cut.set()  # the page hears nothing of what happens next
+    agent = await api.ask(session_id, [question("Asked while you were away?")])
+    await asyncio.sleep(0.3)
+    await expect(_card(page)).to_have_count(0)
+    cut.clear()
+    await connections[0].close()
+    await expect(_card(page)).to_contain_text("Asked while you were away?", timeout=15_000)
+    await expect(
+        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    ).to_be_visible()
+    assert len(connections) >= 2, "the app reconnected"
+    await agent.disconnect()
+    await _no_outside_requests(network)
+
+
+# --- sign-in -----------------------------------------------------------------------------------------
+
+
+async def test_a_token_in_the_address_signs_in_and_leaves_the_address_bar(
+    page: Any, web_server: Server
+) -> None:
+    network = await open_app(page, web_server)
+    assert "token" not in page.url
+    assert await page.evaluate("localStorage.getItem('turnwise.token')") == ADMIN_TOKEN
+    await _no_outside_requests(network)
+
+
+async def test_without_a_stored_token_the_sign_in_form_signs_in(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, _ = await api.task("Visible after sign-in")
+    network = Network(web_server.base_url)
+    await page.context.route("**/*", network.guard)
+    await page.goto(web_server.base_url + "/")
+    await page.get_by_test_id("signin-token").fill("not-a-token")
+    await page.get_by_test_id("signin-submit").click()
+    await expect(page.get_by_test_id("signin-token")).to_be_visible()
+    await expect(page.locator("#signin-note")).to_contain_text("not accepted")
+    await page.get_by_test_id("signin-token").fill(ADMIN_TOKEN)
+    await page.get_by_test_id("signin-submit").click()
+    await expect(page.get_by_test_id(f"task-row-{task_id}")).to_be_visible()
+    await _no_outside_requests(network)
+
+
+async def test_every_app_route_serves_the_app(page: Any, web_server: Server, api: Api) -> None:
+    task_id, (session_id,) = await api.task("Deep link")
+    network = await open_app(page, web_server, f"/t/{task_id}")
+    await expect(page.locator(".task-head h1")).to_have_text("Deep link")
+    await expect(page.get_by_test_id(f"session-tab-{session_id}")).to_have_attribute("aria-selected", "false")
+    await page.get_by_test_id(f"session-tab-{session_id}").click()
+    await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}/s/{session_id}")
+    await page.go_back()
+    await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}")
+    await expect(page.get_by_test_id(f"session-tab-{session_id}")).to_have_attribute("aria-selected", "false")
+    await _no_outside_requests(network)
