@@ -261,6 +261,8 @@ def card(
         '<h2 id="card-title">The agent needs your input</h2>'
         '<span class="card-hint">Esc to hide</span></header>',
     ]
+    # The body scrolls; the header and the Skip/Submit footer stay in view however long the bundle.
+    parts.append('<div class="card-body">')
     if context:
         parts.append('<p class="card-context">' + esc(context) + "</p>")
     if detached:
@@ -317,6 +319,7 @@ def card(
         parts.append(
             '<p class="card-error" role="alert" data-testid="clarification-error">' + esc(error) + "</p>"
         )
+    parts.append("</div>")
     disabled = " disabled" if busy else ""
     parts.append(
         '<footer class="card-actions"><button type="button" class="btn ghost" data-action="skip" '

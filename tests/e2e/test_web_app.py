@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
+from tests.e2e.conftest import RESULTS
 from tests.e2e.webapp import (
     DESKTOP,
     Api,
@@ -435,4 +436,35 @@ async def test_every_app_route_serves_the_app(page: Any, web_server: Server, api
     await page.go_back()
     await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}")
     await expect(page.get_by_test_id(f"session-tab-{session_id}")).to_have_attribute("aria-selected", "false")
+    await _no_outside_requests(network)
+
+
+# --- layout --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_the_card_keeps_submit_and_skip_in_view_at_desktop_and_phone_sizes(
+    page: Any, web_server: Server, api: Api, phone: bool
+) -> None:
+    task_id, (_primary, secondary) = await api.task("Layout check", sessions=2)
+    questions = [
+        question(),
+        question(
+            "Which failures should be retried?", qid="fails", options=("Timeouts", "5xx", "429"), multi=True
+        ),
+    ]
+    agent = await api.ask(secondary, questions, context="The webhook times out under load.")
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{secondary}", phone=phone)
+    await expect(_card(page)).to_be_visible()
+    for test_id in ("clarification-submit", "clarification-skip"):
+        await expect(page.get_by_test_id(test_id)).to_be_in_viewport()
+    if phone:
+        await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
+        await expect(page.get_by_test_id("task-drawer-toggle")).to_be_visible()
+    else:
+        await expect(page.get_by_test_id("task-sidebar")).to_be_visible()
+        await expect(page.get_by_test_id("task-drawer-toggle")).to_be_hidden()
+    RESULTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(RESULTS / f"web-app-{'phone' if phone else 'desktop'}.png"))
+    await agent.disconnect()
     await _no_outside_requests(network)
