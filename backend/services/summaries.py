@@ -90,7 +90,13 @@ class Summaries:
         """One read-compare-write round; returns the tasks whose write lost a race."""
         async with self.deps.db.read() as conn:
             stored = await summaries.read_summaries(conn, task_ids)
-            existing = {t.id for t in await tasks.list_tasks(conn, task_ids)}
+            # A stored summary proves its task exists (the foreign key cascades); look up only the rest.
+            unknown = [t for t in task_ids if t not in stored]
+            existing = (
+                set(stored) | {t.id for t in await tasks.list_tasks(conn, unknown)}
+                if unknown
+                else set(stored)
+            )
             sessions = await tasks.list_sessions(conn, [t for t in task_ids if t in existing])
             projections = await pending.pending_for_sessions(conn, [s.id for s in sessions])
         by_task: dict[str, list[SessionRecord]] = {t: [] for t in existing}
