@@ -53,6 +53,10 @@ class Settings:
     max_query_bytes: int = 64_000
     fault_points: tuple[str, ...] = ()
     webhook_url: str | None = None
+    # How detached answers reach agents: channel (agentPrompts) | webhook | scripted (tests).
+    executor: str = "channel"
+    scripted_outcomes: tuple[str, ...] = ("accepted",)
+    scripted_log: str | None = None
     demo: bool = False
 
     @classmethod
@@ -82,4 +86,7 @@ class Settings:
             max_query_bytes=_int("TURNWISE_MAX_QUERY_BYTES", base.max_query_bytes),
             fault_points=_list("TURNWISE_FAULT_POINTS", base.fault_points),
             webhook_url=os.environ.get("TURNWISE_WEBHOOK_URL") or None,
+            executor=os.environ.get("TURNWISE_EXECUTOR") or base.executor,
+            scripted_outcomes=_list("TURNWISE_SCRIPTED_OUTCOMES", base.scripted_outcomes),
+            scripted_log=os.environ.get("TURNWISE_SCRIPTED_LOG") or None,
         )

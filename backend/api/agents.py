@@ -45,7 +45,11 @@ class AgentMutations:
     @strawberry.mutation(
         description="Accept or refuse a dispatched prompt. False: no dispatch of that turn is outstanding."
     )
-    async def acknowledge_prompt(self, info: Info[Context, None], turn_id: strawberry.ID, accepted: bool) -> bool:
+    async def acknowledge_prompt(
+        self, info: Info[Context, None], turn_id: strawberry.ID, accepted: bool
+    ) -> bool:
         turn = await info.context.services.reads.turn(str(turn_id))
         require_session_agent(info.context.principal, turn.session_id)
+        # An acknowledgement publishes no event, yet it is agent activity for the watchdog.
+        info.context.services.watchdogs.note_activity(turn.session_id, "acknowledgePrompt")
         return await info.context.services.prompts.acknowledge(str(turn_id), accepted)

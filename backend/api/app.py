@@ -50,6 +50,16 @@ async def _stop_clarifications(services: Services) -> None:
     await services.waiters.stop()
 
 
+async def _start_resume(services: Services) -> None:
+    # Step 3 of recovery, after reservations and delivery intents: replay missed start events.
+    await services.resume_recovery.replay_outbox()
+    await services.watchdogs.start()
+
+
+async def _stop_resume(services: Services) -> None:
+    await services.watchdogs.stop()
+
+
 def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
     db = Database(settings.database_url)
     bus = EventBus(settings.broadcast_url)
@@ -59,6 +69,8 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
     # Clarification claims and orphaned waiters are recovered before the waiter hub takes hand-offs.
     runtime.startup_steps.append(_start_clarifications)
     runtime.shutdown_steps.append(_stop_clarifications)
+    runtime.startup_steps.append(_start_resume)
+    runtime.shutdown_steps.append(_stop_resume)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

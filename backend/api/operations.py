@@ -144,7 +144,7 @@ class OperationMutations:
                 access.require_session_agent(principal, session_id, task_id)
             except NotFound:
                 raise NotFound("turn", str(turn_id)) from None
-        return Turn.of(await info.context.services.operations.complete_turn(str(turn_id)))
+        return Turn.of(await info.context.services.operations.complete_turn(str(turn_id), generation))
 
     @strawberry.mutation
     async def post_message(

@@ -32,6 +32,12 @@ class InvalidState(TurnwiseError):
     code = "INVALID_STATE"
 
 
+class StaleGeneration(InvalidState):
+    """A ready event (completeTurn) whose prompt generation no longer owns the session: dropped."""
+
+    code = "STALE_GENERATION"
+
+
 class Forbidden(TurnwiseError):
     code = "FORBIDDEN"
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import BigInteger
+
+# Many sessions in one statement (startup recovery locks thousands): the ordered subquery keeps
+# acquisition order sorted, so two batch lockers never deadlock.
+_LOCK_MANY = text(
+    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT unnest(:keys) AS k ORDER BY 1) AS ordered"
+).bindparams(bindparam("keys", type_=ARRAY(BigInteger())))
 
 
 def _key(session_id: str) -> int:
@@ -21,5 +29,9 @@ async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> No
     """
     if conn.dialect.name != "postgresql":
         return
-    for key in sorted({_key(s) for s in session_ids}):
+    keys = sorted({_key(s) for s in session_ids})
+    if len(keys) > 1:
+        await conn.execute(_LOCK_MANY, {"keys": keys})
+        return
+    for key in keys:
         await conn.execute(select(func.pg_advisory_xact_lock(key)))

@@ -41,10 +41,15 @@ async def get_turn(conn: AsyncConnection, turn_id: str) -> TurnRecord:
 
 
 async def insert_turn(
-    conn: AsyncConnection, session_id: str, metadata: dict[str, Any] | None = None
+    conn: AsyncConnection,
+    session_id: str,
+    metadata: dict[str, Any] | None = None,
+    *,
+    turn_id: str | None = None,
 ) -> TurnRecord:
     """Caller holds the session lock. A new turn never starts at or before an existing one, so the
-    newest turn wins the current-turn ordering even when the clock has not moved."""
+    newest turn wins the current-turn ordering even when the clock has not moved. `turn_id` lets a
+    caller know the id before the write, so it can roll back a write whose outcome it did not see."""
     now = utcnow()
     latest = (
         await conn.execute(select(func.max(T.c.started_at)).where(T.c.session_id == session_id))
@@ -52,7 +57,7 @@ async def insert_turn(
     if latest is not None:
         latest = latest if latest.tzinfo else latest.replace(tzinfo=dt.UTC)
         now = max(now, latest + _TICK)
-    record = TurnRecord(new_id(), session_id, now, None, now, dict(metadata or {}))
+    record = TurnRecord(turn_id or new_id(), session_id, now, None, now, dict(metadata or {}))
     await conn.execute(
         T.insert().values(
             id=record.id,

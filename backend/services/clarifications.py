@@ -84,6 +84,9 @@ class Clarifications:
     resumer: Resumer = field(default_factory=NotWiredResumer)
     # Called after a restore so retryability is reported only once task summaries converged.
     refresh_summaries: Callable[[list[str]], Awaitable[Any]] | None = None
+    # The primary-answer watchdog's synchronous notifier: called inside the finalized confirmation
+    # boundary, before the answer is returned to the agent, so the agent cannot act before it is armed.
+    primary_answer_notifier: Callable[[Claim], None] | None = None
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     # --- helpers --------------------------------------------------------------------------------
@@ -359,6 +362,8 @@ class Clarifications:
             )
             return None
         waiter.finished = True
+        if self.primary_answer_notifier is not None and not claim.rejected:
+            self.primary_answer_notifier(claim)
         await self.hub.confirm(reply_to, claim.claim_id, True)
         log.info(
             "clarification delivered",

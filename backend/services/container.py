@@ -9,10 +9,14 @@ from backend.services.clarifications import Clarifications
 from backend.services.context import Deps
 from backend.services.live import LiveHub
 from backend.services.operations import Operations
+from backend.services.orchestrator import Orchestrator, executor_for
+from backend.services.prompt_channel import PromptChannel
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
+from backend.services.resume_recovery import ReservationRecovery
 from backend.services.summaries import Summaries
 from backend.services.waiters import WaiterHub
+from backend.services.watchdog import Watchdogs
 
 
 @dataclass
@@ -23,22 +27,47 @@ class Services:
     summaries: Summaries
     access: Access
     live: LiveHub
+    prompts: PromptChannel
     waiters: WaiterHub
     clarifications: Clarifications
     recovery: Recovery
+    orchestrator: Orchestrator
+    watchdogs: Watchdogs
+    resume_recovery: ReservationRecovery
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
         summaries = Summaries(deps)
         waiters = WaiterHub(deps)
+        prompts = PromptChannel(deps)
+        orchestrator = Orchestrator(deps, executor_for(deps.settings, prompts))
+        watchdogs = Watchdogs(deps, orchestrator)
+        resume_recovery = ReservationRecovery(deps, orchestrator)
+        recovery = Recovery(deps, waiters)
+
+        async def recover_reservations() -> None:
+            await resume_recovery.recover_reservations()
+
+        # Reservations are reconciled first, before delivery intents (spec recovery order).
+        recovery.reservation_steps.append(recover_reservations)
         return cls(
             deps=deps,
-            operations=Operations(deps),
+            operations=Operations(deps, reservations=orchestrator),
             reads=Reads(deps),
             summaries=summaries,
             access=Access(deps),
             live=LiveHub(deps, summaries),
+            prompts=prompts,
             waiters=waiters,
-            clarifications=Clarifications(deps, waiters, refresh_summaries=summaries.refresh),
-            recovery=Recovery(deps, waiters),
+            clarifications=Clarifications(
+                deps,
+                waiters,
+                resumer=orchestrator,
+                refresh_summaries=summaries.refresh,
+                primary_answer_notifier=watchdogs.arm,
+            ),
+            recovery=recovery,
+            orchestrator=orchestrator,
+            watchdogs=watchdogs,
+            resume_recovery=resume_recovery,
         )

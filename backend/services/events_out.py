@@ -20,9 +20,11 @@ async def publish_session_change(
     message_id: str | None = None,
     turn_id: str | None = None,
     content_only: bool = False,
+    strict: bool = False,
 ) -> None:
     """Fan out one change. Publication failures are logged, never raised: the commit already
-    happened and clients converge on their next read."""
+    happened and clients converge on their next read. `strict` raises instead, for the outbox
+    callers that may clear their durable marker only once the bus accepted the event."""
     event: dict[str, object] = {
         "type": kind,
         "task_id": task_id,
@@ -36,3 +38,5 @@ async def publish_session_change(
         await bus.publish(TASK_CHANNEL, event)
     except Exception:
         log.exception("event publication failed", extra={"event": kind, "session_id": session_id})
+        if strict:
+            raise

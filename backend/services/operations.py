@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
-from backend.domain.errors import InvalidInput, InvalidState
+from backend.domain.errors import InvalidInput, InvalidState, StaleGeneration
 from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
 from backend.domain.states import AUTHORS, TERMINAL_SESSION_STATES, SessionState
-from backend.repository import clarifications, locks, messages, tasks, turns
+from backend.repository import clarifications, locks, messages, reservations, tasks, turns
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 
@@ -27,9 +28,21 @@ def _text(field: str, value: str, *, limit: int, allow_empty: bool = False) -> s
     return value
 
 
+class ReservationGate(Protocol):
+    async def wait_resolved(self, session_id: str) -> bool:
+        """Wait while a prompt reservation of the session is unresolved; True when one was."""
+        ...
+
+
+class _Reserved(Exception):
+    """A reservation appeared between the wait and the session lock: wait again."""
+
+
 @dataclass
 class Operations:
     deps: Deps
+    # The orchestrator: ready events wait for a live prompt reservation of their session.
+    reservations: ReservationGate | None = None
 
     async def create_task(self, title: str) -> TaskRecord:
         title = _text("title", title, limit=MAX_TITLE).strip()
@@ -87,10 +100,45 @@ class Operations:
         )
         return turn
 
-    async def complete_turn(self, turn_id: str) -> TurnRecord:
+    async def complete_turn(self, turn_id: str, generation: str | None = None) -> TurnRecord:
+        """The agent's ready event. `generation` is the prompt generation it ran (PromptDispatch.
+        generation: the id of the turn the prompt opened). A ready event overlapping a prompt
+        reservation waits for it, then must prove its generation still owns the session; without a
+        generation it is dropped, since ownership cannot be proven."""
+        if generation is not None and not generation.strip():
+            raise InvalidInput("generation", "must not be empty")
+        overlapped = False
+        for _ in range(3):
+            if self.reservations is not None:
+                async with self.deps.db.read() as conn:
+                    session_id = (await turns.get_turn(conn, turn_id)).session_id
+                overlapped = await self.reservations.wait_resolved(session_id) or overlapped
+            try:
+                return await self._complete_turn(turn_id, generation, overlapped)
+            except _Reserved:
+                overlapped = True
+        raise InvalidState(f"turn {turn_id!r}: prompt reservations keep overlapping; try again")
+
+    async def _complete_turn(self, turn_id: str, generation: str | None, overlapped: bool) -> TurnRecord:
         async with self.deps.db.write() as conn:
             turn = await turns.get_turn(conn, turn_id)
             await locks.lock_sessions(conn, [turn.session_id])
+            if self.reservations is not None:
+                live = await reservations.live_reservation(conn, turn.session_id)
+                if live is not None and live != turn_id:
+                    raise _Reserved
+            if overlapped or generation is not None:
+                # Revalidate the prompt generation under the lock, before touching turn state.
+                if generation is None:
+                    raise StaleGeneration(
+                        f"turn {turn_id!r}: a ready event without a generation overlapped a prompt "
+                        "reservation and was dropped"
+                    )
+                current = await turns.current_turn(conn, turn.session_id)
+                if generation != turn.id or current != turn.id:
+                    raise StaleGeneration(
+                        f"turn {turn_id!r}: prompt generation {generation!r} no longer owns the session"
+                    )
             # Turn teardown detaches the turn's live questions while it is still current (a no-op
             # when a newer turn already owns the session, or when they are already detached).
             detached = await clarifications.detach(conn, turn.session_id, turn_id=turn.id)

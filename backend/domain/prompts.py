@@ -1,0 +1,54 @@
+"""The text of a resume prompt: what the agent asked, what the person answered, continue."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from backend.domain.lifecycle import Answer
+
+DECLINED = "The user declined to answer. Please continue without it."
+
+
+def _answer_text(question: Mapping[str, Any], answer: Answer | None) -> str:
+    if answer is None:
+        return "(no answer)"
+    labels = {
+        str(o.get("id")): str(o.get("label"))
+        for o in question.get("options") or []
+        if isinstance(o, dict) and o.get("id") is not None
+    }
+    parts = [labels.get(oid, oid) for oid in answer.selected_option_ids]
+    if answer.custom_text and answer.custom_text.strip():
+        parts.append(answer.custom_text.strip())
+    return "; ".join(parts) if parts else "(no answer)"
+
+
+def resume_prompt(
+    rows: Sequence[Mapping[str, Any]], answers: Sequence[Answer], *, rejected: bool = False
+) -> str:
+    """Rows are the question rows' metadata in question order; answers are keyed by question id."""
+    by_question = {a.question_id: a for a in answers}
+    asked: list[tuple[str, Mapping[str, Any], Answer | None]] = []
+    for md in rows:
+        question = md.get("question") if isinstance(md.get("question"), dict) else {}
+        assert isinstance(question, dict)
+        prompt = str(question.get("prompt") or "")
+        asked.append((prompt, question, by_question.get(str(md.get("question_id") or ""))))
+    if rejected:
+        if len(asked) == 1:
+            return f'You previously asked the user: "{asked[0][0]}"\n{DECLINED}'
+        listing = "\n".join(f"{i}. {p}" for i, (p, _, _) in enumerate(asked, 1))
+        return f"You previously asked the user:\n{listing}\n{DECLINED}"
+    if len(asked) == 1:
+        prompt, question, answer = asked[0]
+        return (
+            f'You previously asked the user: "{prompt}"\n'
+            f"The user answered: {_answer_text(question, answer)}\n"
+            "Please continue with this information."
+        )
+    lines = ["You previously asked the user several questions:"]
+    for i, (prompt, question, answer) in enumerate(asked, 1):
+        lines.append(f'{i}. "{prompt}"\n   Answer: {_answer_text(question, answer)}')
+    lines.append("Please continue with this information.")
+    return "\n".join(lines)

@@ -1,0 +1,581 @@
+"""The orchestrator: prompt admission, successor reservations, dispatch, ready-event gating.
+
+A detached answer resumes its agent through `dispatch_answer` (the `Resumer` seam calls it, and so
+does the primary-answer watchdog's fallback):
+
+  admission (per session, in-process lock + durable check of other processes' reservations)
+  -> reserve an unpublished successor turn carrying the claim's recovery identity
+  -> durable attempt marker (the at-most-once boundary)
+  -> executor.dispatch
+  -> ACCEPTED: publish `turn.started`, then clear the recovery metadata and retire the intent
+     REJECTED: delete the successor (the service restores the claim; retryable)
+     AMBIGUOUS: keep the successor, move it to the start-event outbox (never sent again)
+
+In-process memory only ever makes things stricter: accepted turns can never be rolled back, and a
+session whose rollback failed admits no prompt and resolves no ready event until restart recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from backend import faults
+from backend.config import Settings
+from backend.domain.errors import InvalidState, NotFound
+from backend.domain.ids import new_id
+from backend.domain.lifecycle import Answer, Claim
+from backend.domain.prompts import resume_prompt
+from backend.domain.states import TERMINAL_SESSION_STATES
+from backend.executors.base import DispatchOutcome, DispatchResult, Executor, PromptRequest
+from backend.executors.scripted import ScriptedExecutor
+from backend.executors.webhook import WebhookExecutor
+from backend.repository import clarifications as clarification_repo
+from backend.repository import locks, reservations, tasks, turns
+from backend.services.context import Deps
+from backend.services.events_out import publish_session_change
+from backend.services.prompt_channel import PromptChannel
+from backend.services.resume import ResumeOutcome
+
+log = logging.getLogger("turnwise.resume")
+
+T = TypeVar("T")
+POLL_SECONDS = 0.05
+
+
+def executor_for(settings: Settings, prompts: PromptChannel) -> Executor:
+    """TURNWISE_EXECUTOR: channel (default) | webhook (TURNWISE_WEBHOOK_URL) | scripted."""
+    kind = settings.executor
+    if kind == "channel":
+        return prompts
+    if kind == "webhook":
+        if not settings.webhook_url:
+            raise ValueError("TURNWISE_EXECUTOR=webhook needs TURNWISE_WEBHOOK_URL")
+        return WebhookExecutor(settings.webhook_url)
+    if kind == "scripted":
+        return ScriptedExecutor(list(settings.scripted_outcomes), settings.scripted_log)
+    raise ValueError(f"TURNWISE_EXECUTOR must be channel, webhook or scripted, not {kind!r}")
+
+
+@dataclass
+class _Live:
+    """A reservation of this process that has not resolved yet; ready events of its session wait."""
+
+    turn_id: str
+    resolved: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSnapshot:
+    """Turn authority observed before a pause: a specific turn, or explicitly none."""
+
+    session_id: str
+    turn_id: str | None
+
+
+class _Busy(Exception):
+    """Another process holds an unresolved reservation in this session."""
+
+
+class _Stale(Exception):
+    """The clarification's turn is no longer the current turn of a live session."""
+
+
+class Orchestrator:
+    def __init__(self, deps: Deps, executor: Executor) -> None:
+        self.deps = deps
+        self.executor = executor
+        self._admission: dict[str, asyncio.Lock] = {}
+        self._live: dict[str, _Live] = {}
+        self._quarantined: dict[str, str] = {}
+        self._accepted: set[str] = set()
+        # Turns this process reserved: their events are the orchestrator's own, not agent activity.
+        self.own_turns: set[str] = set()
+        self._background: set[asyncio.Task[Any]] = set()
+
+    @property
+    def settings(self) -> Settings:
+        return self.deps.settings
+
+    async def _bounded(self, work: Awaitable[T], seconds: float) -> T:
+        """Own task, finite deadline, not cancelled with its caller (rollback and cleanup must finish)."""
+        task: asyncio.Task[T] = asyncio.ensure_future(asyncio.wait_for(work, seconds))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return await asyncio.shield(task)
+
+    # --- the Resumer seam -----------------------------------------------------------------------
+
+    async def resume(self, claim: Claim) -> ResumeOutcome:
+        if claim.rejected:
+            return ResumeOutcome(False, True, "a rejection is persisted without resuming the agent")
+        return await self.dispatch_answer(
+            session_id=claim.session_id,
+            task_id=claim.task_id,
+            source_turn_id=claim.turn_id,
+            pending_id=claim.pending_id,
+            message_ids=claim.message_ids,
+            answers=claim.answers,
+            claim_id=claim.claim_id,
+            origin="detached",
+        )
+
+    def quarantined(self, session_id: str) -> bool:
+        return session_id in self._quarantined
+
+    async def dispatch_answer(
+        self,
+        *,
+        session_id: str,
+        task_id: str,
+        source_turn_id: str,
+        pending_id: str,
+        message_ids: Sequence[str],
+        answers: Sequence[Answer],
+        claim_id: str | None,
+        origin: str,
+    ) -> ResumeOutcome:
+        """Admit, reserve, mark, dispatch, publish. Never raises for outcomes; after the attempt
+        marker every failure is reported non-retryable."""
+        loop = asyncio.get_running_loop()
+        admit_by = loop.time() + self.settings.persistence_seconds
+        lock = self._admission.setdefault(session_id, asyncio.Lock())
+        try:
+            await asyncio.wait_for(lock.acquire(), self.settings.persistence_seconds)
+        except TimeoutError:
+            return ResumeOutcome(False, True, "the orchestrator did not admit the prompt in time")
+        try:
+            if session_id in self._quarantined:
+                return ResumeOutcome(
+                    False, True, "a prompt reservation of this session is unresolved until restart recovery"
+                )
+            turn_id = new_id()
+            live = self._live[session_id] = _Live(turn_id)
+            try:
+                outcome = await self._admitted(
+                    live,
+                    admit_by,
+                    session_id=session_id,
+                    task_id=task_id,
+                    source_turn_id=source_turn_id,
+                    pending_id=pending_id,
+                    message_ids=message_ids,
+                    answers=answers,
+                    claim_id=claim_id,
+                    origin=origin,
+                )
+            finally:
+                if live.outcome != "unresolved":
+                    live.resolved.set()
+                    if self._live.get(session_id) is live:
+                        del self._live[session_id]
+            return outcome
+        finally:
+            lock.release()
+
+    async def _admitted(
+        self,
+        live: _Live,
+        admit_by: float,
+        *,
+        session_id: str,
+        task_id: str,
+        source_turn_id: str,
+        pending_id: str,
+        message_ids: Sequence[str],
+        answers: Sequence[Answer],
+        claim_id: str | None,
+        origin: str,
+    ) -> ResumeOutcome:
+        loop = asyncio.get_running_loop()
+        turn_id = live.turn_id
+        ids = {"turn_id": turn_id, "session_id": session_id, "pending_id": pending_id, "claim_id": claim_id}
+        # Reserve: wait (bounded) while another process's reservation of the session is unresolved.
+        prompt = ""
+        while True:
+            remaining = admit_by - loop.time()
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                prompt = await asyncio.wait_for(
+                    self._reserve(
+                        session_id,
+                        turn_id,
+                        source_turn_id,
+                        pending_id,
+                        message_ids,
+                        answers,
+                        claim_id,
+                        origin,
+                    ),
+                    remaining,
+                )
+                break
+            except _Busy:
+                await asyncio.sleep(POLL_SECONDS)
+            except _Stale:
+                live.outcome = "refused"
+                log.info("prompt refused: turn superseded", extra={"event": "resume.refused", **ids})
+                return ResumeOutcome(False, True, "the clarification's turn is no longer current")
+            except (Exception, asyncio.CancelledError) as exc:
+                # The reservation's outcome is unknown (deadline during commit, a failure, a cancelled
+                # watchdog): roll back whatever may have been written, in a fresh bounded context.
+                why = (
+                    "the orchestrator did not admit the prompt in time"
+                    if isinstance(exc, TimeoutError)
+                    else str(exc)
+                )
+                return await self._undo(live, ids, f"reservation failed: {why}", cancelled=exc)
+        log.info("successor reserved", extra={"event": "resume.reserved", "origin": origin, **ids})
+        await faults.hit("resume.after_reserve")
+
+        try:
+            await asyncio.wait_for(
+                self._mark_attempted(session_id, turn_id), self.settings.persistence_seconds
+            )
+        except (Exception, asyncio.CancelledError) as exc:
+            return await self._undo(live, ids, f"attempt marker not persisted: {exc}", cancelled=exc)
+        log.info("dispatch attempted", extra={"event": "resume.attempted", **ids})
+        await faults.hit("resume.after_attempt_marker")
+
+        # From here on the prompt may reach the agent: nothing below sends it again or deletes it.
+        request = PromptRequest(
+            session_id=session_id,
+            task_id=task_id,
+            turn_id=turn_id,
+            generation=turn_id,
+            prompt=prompt,
+            pending_id=pending_id,
+        )
+        try:
+            result = await self._dispatch(request)
+        except asyncio.CancelledError:
+            await self._bounded(
+                self._settle_ambiguous(live, task_id, message_ids, claim_id, ids), self._cleanup_s
+            )
+            raise
+        if result.outcome == DispatchOutcome.REJECTED:
+            log.info("dispatch rejected", extra={"event": "resume.rejected", "detail": result.detail, **ids})
+            return await self._undo(
+                live, ids, f"the agent did not take the prompt: {result.detail}", retry=True
+            )
+        if result.outcome == DispatchOutcome.AMBIGUOUS:
+            log.warning(
+                "dispatch ambiguous", extra={"event": "resume.ambiguous", "detail": result.detail, **ids}
+            )
+            await self._bounded(
+                self._settle_ambiguous(live, task_id, message_ids, claim_id, ids), self._cleanup_s
+            )
+            return ResumeOutcome(
+                False, False, f"the prompt may have reached the agent ({result.detail}); it is not sent again"
+            )
+        self._accepted.add(turn_id)
+        log.info("dispatch accepted", extra={"event": "resume.accepted", **ids})
+        await faults.hit("resume.after_dispatch_ack")
+        return await self._bounded(self._publish(live, task_id, message_ids, claim_id, ids), self._cleanup_s)
+
+    @property
+    def _cleanup_s(self) -> float:
+        return self.settings.persistence_seconds
+
+    async def _dispatch(self, request: PromptRequest) -> DispatchResult:
+        deadline = self.settings.dispatch_seconds
+        try:
+            # The executor classifies its own deadline; ours only guards against one that does not.
+            return await asyncio.wait_for(
+                self.executor.dispatch(request, deadline_seconds=deadline), deadline + 1
+            )
+        except TimeoutError:
+            return DispatchResult(DispatchOutcome.AMBIGUOUS, "no acknowledgement before the deadline")
+        except Exception as exc:
+            log.exception(
+                "executor failed", extra={"event": "resume.executor_failed", "turn_id": request.turn_id}
+            )
+            return DispatchResult(DispatchOutcome.AMBIGUOUS, f"executor failed: {type(exc).__name__}")
+
+    # --- durable steps --------------------------------------------------------------------------
+
+    async def _reserve(
+        self,
+        session_id: str,
+        turn_id: str,
+        source_turn_id: str,
+        pending_id: str,
+        message_ids: Sequence[str],
+        answers: Sequence[Answer],
+        claim_id: str | None,
+        origin: str,
+    ) -> str:
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            # Prompt admission rechecks current-turn authority under the session lock.
+            session = await tasks.get_session(conn, session_id)
+            if session.state in TERMINAL_SESSION_STATES:
+                raise _Stale
+            if await turns.current_turn(conn, session_id) != source_turn_id:
+                raise _Stale
+            if await reservations.live_reservation(conn, session_id) is not None:
+                raise _Busy
+            rows = await reservations.source_rows(conn, message_ids)
+            await reservations.reserve(
+                conn,
+                session_id,
+                turn_id=turn_id,
+                source_turn_id=source_turn_id,
+                pending_id=pending_id,
+                message_ids=message_ids,
+                claim_id=claim_id,
+                origin=origin,
+            )
+            self.own_turns.add(turn_id)
+        return resume_prompt(rows, answers)
+
+    async def _mark_attempted(self, session_id: str, turn_id: str) -> None:
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            faults.check("resume.attempt_marker")
+            if not await reservations.mark_attempted(conn, turn_id):
+                raise RuntimeError("the reservation is gone")
+            await tasks.bump_pending_seq(conn, session_id)
+
+    async def rollback_reservation(self, session_id: str, turn_id: str) -> bool:
+        """Delete a reservation that provably never reached the agent. Fails closed (False) for a
+        turn this process saw accepted, and for one already published or referenced by a message."""
+        if turn_id in self._accepted:
+            log.warning(
+                "rollback refused: accepted", extra={"event": "resume.rollback_refused", "turn_id": turn_id}
+            )
+            return False
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            faults.check("resume.rollback")
+            deleted = await reservations.delete_unpublished(conn, turn_id)
+            if not deleted:
+                return await turns_absent(conn, turn_id)
+            await tasks.bump_pending_seq(conn, session_id)
+        return True
+
+    async def _undo(
+        self,
+        live: _Live,
+        ids: dict[str, Any],
+        why: str,
+        *,
+        cancelled: BaseException | None = None,
+        retry: bool = True,
+    ) -> ResumeOutcome:
+        session_id = ids["session_id"]
+        turn_id = live.turn_id
+        try:
+            ok = await self._bounded(self.rollback_reservation(session_id, turn_id), self._cleanup_s)
+        except Exception:
+            log.exception("rollback failed", extra={"event": "resume.rollback_failed", **ids})
+            ok = False
+        if not ok:
+            # The reservation stays unresolved: ready events keep waiting, admission stays closed.
+            live.outcome = "unresolved"
+            self._quarantined[session_id] = turn_id
+            log.error("session quarantined", extra={"event": "resume.quarantined", **ids})
+            if isinstance(cancelled, asyncio.CancelledError):
+                raise cancelled
+            return ResumeOutcome(
+                False,
+                False,
+                f"{why}; the reservation could not be rolled back and restart recovery resolves it",
+            )
+        live.outcome = "rolled_back"
+        log.info("reservation rolled back", extra={"event": "resume.rolled_back", "why": why, **ids})
+        if isinstance(cancelled, asyncio.CancelledError):
+            raise cancelled
+        return ResumeOutcome(False, retry, why)
+
+    async def _publish(
+        self, live: _Live, task_id: str, message_ids: Sequence[str], claim_id: str | None, ids: dict[str, Any]
+    ) -> ResumeOutcome:
+        session_id = ids["session_id"]
+        try:
+            faults.check("resume.publish")
+            # Recovery-clean by construction: public events carry ids only, never turn metadata.
+            await publish_session_change(
+                self.deps.bus,
+                task_id=task_id,
+                session_id=session_id,
+                kind="turn.started",
+                turn_id=live.turn_id,
+                strict=True,
+            )
+            await faults.hit("resume.after_publish")
+            async with self.deps.db.write() as conn:
+                await locks.lock_sessions(conn, [session_id])
+                faults.check("resume.clear")
+                if not await reservations.clear_recovery(conn, live.turn_id):
+                    raise RuntimeError("the reservation lost its recovery metadata")
+                if claim_id is not None:
+                    await clarification_repo.settle_claim(conn, message_ids, claim_id)
+                await tasks.bump_pending_seq(conn, session_id)
+        except Exception as exc:
+            log.exception(
+                "publication failed after acceptance", extra={"event": "resume.publish_failed", **ids}
+            )
+            await self._to_outbox(live, message_ids, claim_id, ids)
+            live.outcome = "published"
+            return ResumeOutcome(
+                False, False, f"the agent took the answer but its turn could not be published ({exc})"
+            )
+        live.outcome = "published"
+        log.info("successor published", extra={"event": "resume.published", **ids})
+        return ResumeOutcome(True, False)
+
+    async def _to_outbox(
+        self, live: _Live, message_ids: Sequence[str], claim_id: str | None, ids: dict[str, Any]
+    ) -> bool:
+        """Normal failure cleanup after a possible acceptance: keep the successor, retire the intent,
+        leave the start event to the durable outbox. If even this fails, reservation recovery owns it."""
+        try:
+            async with self.deps.db.write() as conn:
+                await locks.lock_sessions(conn, [ids["session_id"]])
+                faults.check("resume.outbox")
+                await reservations.move_to_outbox(conn, [live.turn_id])
+                if claim_id is not None:
+                    await clarification_repo.settle_claim(conn, message_ids, claim_id)
+                await tasks.bump_pending_seq(conn, ids["session_id"])
+            log.info("start event queued", extra={"event": "resume.outbox", **ids})
+            return True
+        except Exception:
+            log.exception("outbox write failed", extra={"event": "resume.outbox_failed", **ids})
+            return False
+
+    async def _settle_ambiguous(
+        self,
+        live: _Live,
+        task_id: str,
+        message_ids: Sequence[str],
+        claim_id: str | None,
+        ids: dict[str, Any],
+    ) -> None:
+        self._accepted.add(live.turn_id)  # may be running: never rolled back, never sent again
+        live.outcome = "ambiguous"
+        if not await self._to_outbox(live, message_ids, claim_id, ids):
+            return
+        with contextlib.suppress(Exception):
+            await self.replay_start([(live.turn_id, ids["session_id"], task_id, False)])
+
+    async def replay_start(self, items: Sequence[tuple[str, str, str, bool]]) -> list[str]:
+        """Publish `turn.started` (then `turn.completed` when already completed) for outbox turns and
+        clear each marker only after the bus accepted its events. Returns the ids cleared; raises after
+        clearing the others when some publication failed."""
+        done: list[str] = []
+        failed: list[str] = []
+        for turn_id, session_id, task_id, completed in items:
+            try:
+                faults.check("outbox.publish")
+                for kind in ("turn.started", "turn.completed") if completed else ("turn.started",):
+                    await publish_session_change(
+                        self.deps.bus,
+                        task_id=task_id,
+                        session_id=session_id,
+                        kind=kind,
+                        turn_id=turn_id,
+                        strict=True,
+                    )
+            except Exception:
+                log.exception(
+                    "start event replay failed", extra={"event": "outbox.failed", "turn_id": turn_id}
+                )
+                failed.append(turn_id)
+                continue
+            done.append(turn_id)
+        if done:
+            async with self.deps.db.write() as conn:
+                await reservations.clear_outbox(conn, done)
+            for turn_id in done:
+                log.info("start event replayed", extra={"event": "outbox.replayed", "turn_id": turn_id})
+        if failed:
+            raise RuntimeError(f"start events not accepted by the bus for turns {', '.join(failed)}")
+        return done
+
+    # --- ready events (completeTurn) ------------------------------------------------------------
+
+    async def wait_resolved(self, session_id: str) -> bool:
+        """Wait while a reservation of the session is unresolved (here or in another process).
+        True when one overlapped. Raises InvalidState when it stays unresolved past the deadline."""
+        loop = asyncio.get_running_loop()
+        limit = self.settings.dispatch_seconds + 2 * self.settings.persistence_seconds
+        deadline = loop.time() + limit
+        overlapped = False
+        while True:
+            live = self._live.get(session_id)
+            if live is None and session_id not in self._quarantined:
+                async with self.deps.db.read() as conn:
+                    pending = await reservations.live_reservation(conn, session_id)
+                if pending is None:
+                    return overlapped
+            overlapped = True
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise InvalidState(
+                    f"session {session_id!r} has a prompt reservation unresolved until restart recovery"
+                )
+            if live is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(live.resolved.wait(), remaining)
+                if live.outcome == "unresolved":
+                    await asyncio.sleep(min(POLL_SECONDS, max(remaining, 0)))
+            else:
+                await asyncio.sleep(min(POLL_SECONDS, remaining))
+
+    # --- clarification pause --------------------------------------------------------------------
+
+    async def snapshot(self, session_id: str) -> TurnSnapshot:
+        """Observe turn authority before a pause detaches anything; None is an explicit expectation."""
+        async with self.deps.db.read() as conn:
+            return TurnSnapshot(session_id, await turns.current_turn(conn, session_id))
+
+    async def cancel_paused(self, snapshot: TurnSnapshot) -> bool:
+        """Cancel (complete) the paused turn only if authority still matches the snapshot: a first or
+        successor turn created meanwhile is never cancelled by the stale pause."""
+        async with self.deps.db.write() as conn:
+            await locks.lock_sessions(conn, [snapshot.session_id])
+            current = await turns.current_turn(conn, snapshot.session_id)
+            if current != snapshot.turn_id:
+                log.info(
+                    "stale pause cancellation rejected",
+                    extra={
+                        "event": "pause.stale",
+                        "session_id": snapshot.session_id,
+                        "expected": snapshot.turn_id,
+                        "current": current,
+                    },
+                )
+                return False
+            if snapshot.turn_id is None:
+                return True
+            turn = await turns.get_turn(conn, snapshot.turn_id)
+            if turn.completed_at is not None:
+                return True
+            await turns.complete_turn(conn, turn)
+            await tasks.bump_pending_seq(conn, snapshot.session_id)
+            session = await tasks.get_session(conn, snapshot.session_id)
+        await publish_session_change(
+            self.deps.bus,
+            task_id=session.task_id,
+            session_id=session.id,
+            kind="turn.completed",
+            turn_id=snapshot.turn_id,
+        )
+        log.info("paused turn cancelled", extra={"event": "pause.cancelled", "turn_id": snapshot.turn_id})
+        return True
+
+
+async def turns_absent(conn: Any, turn_id: str) -> bool:
+    """A rollback whose reservation no longer exists at all has nothing left to undo."""
+    try:
+        await turns.get_turn(conn, turn_id)
+    except NotFound:
+        return True
+    return False

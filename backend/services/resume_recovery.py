@@ -1,0 +1,196 @@
+"""Startup recovery of prompt reservations (step 1) and replay of the start-event outbox (step 3).
+
+Step 1, per page of reservations, in one write transaction and a constant number of statements:
+an unattempted reservation without message evidence never reached the agent, so it is deleted and
+exactly its claimed rows are restored (only those still carrying their claim's intent, only while
+their turn is current in a live session); an attempted or message-backed one may be running, so it
+is kept, its claim's intent retired, its recovery metadata replaced by the start-event outbox marker.
+Malformed recovery metadata (partial identity, non-string or empty ids, rows that do not match)
+keeps the rows untouched for diagnosis and fails startup after every other reservation was handled.
+
+Step 3 publishes `turn.started` (then `turn.completed` for completed turns) for outbox turns and
+clears each marker only once the bus accepted its events; a failure fails startup and keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from backend import faults
+from backend.domain.clarification import flag
+from backend.repository import clarifications as clarification_repo
+from backend.repository import locks, reservations, tasks
+from backend.repository.reservations import StoredReservation
+from backend.services.context import Deps
+from backend.services.events_out import publish_session_change
+from backend.services.orchestrator import Orchestrator
+
+log = logging.getLogger("turnwise.recovery")
+
+PAGE = 1000
+
+
+class ReservationRecoveryError(RuntimeError):
+    """Some reservations could not be reconciled; they were kept as they are."""
+
+
+@dataclass
+class RecoveryReport:
+    deleted: list[str] = field(default_factory=list)
+    preserved: list[str] = field(default_factory=list)
+    restored_messages: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def claim_identity(r: StoredReservation) -> tuple[str, str, list[str]]:
+    """(source turn, pending id, claimed message ids) or ValueError naming what is malformed."""
+    md = r.metadata
+    if md.get("__corrupt__"):
+        raise ValueError("metadata is not a JSON object")
+    turn_id = md.get(reservations.SOURCE_TURN_ID)
+    pending_id = md.get(reservations.SOURCE_PENDING_ID)
+    ids = md.get(reservations.SOURCE_MESSAGE_IDS)
+    if not isinstance(turn_id, str) or not turn_id:
+        raise ValueError(f"{reservations.SOURCE_TURN_ID} is missing or not a non-empty string")
+    if not isinstance(pending_id, str) or not pending_id:
+        raise ValueError(f"{reservations.SOURCE_PENDING_ID} is missing or not a non-empty string")
+    if not isinstance(ids, list) or not ids:
+        raise ValueError(f"{reservations.SOURCE_MESSAGE_IDS} is missing or not a non-empty list")
+    if not all(isinstance(i, str) and i for i in ids):
+        raise ValueError(f"{reservations.SOURCE_MESSAGE_IDS} holds a non-string or empty id")
+    return turn_id, pending_id, list(ids)
+
+
+class ReservationRecovery:
+    def __init__(self, deps: Deps, orchestrator: Orchestrator) -> None:
+        self.deps = deps
+        self.orchestrator = orchestrator
+
+    async def recover_reservations(self) -> RecoveryReport:
+        report = RecoveryReport()
+        after = ""
+        while True:
+            page_end = await self._page(after, report)
+            if page_end is None:
+                break
+            after = page_end
+        await faults.hit("recovery.after_reservations")
+        if report.errors:
+            raise ReservationRecoveryError("; ".join(report.errors))
+        return report
+
+    async def _page(self, after: str, report: RecoveryReport) -> str | None:
+        restored: list[tuple[str, str]] = []
+        async with self.deps.db.write() as conn:
+            page = await reservations.stored_reservations(conn, after=after, limit=PAGE)
+            if not page:
+                return None
+            valid: list[tuple[StoredReservation, list[str]]] = []
+            for r in page:
+                try:
+                    _, _, ids = claim_identity(r)
+                    valid.append((r, ids))
+                except ValueError as exc:
+                    report.errors.append(f"reservation {r.id}: {exc}")
+                    log.error(
+                        "reservation kept: malformed recovery metadata",
+                        extra={"event": "recovery.reservation_malformed", "turn_id": r.id, "why": str(exc)},
+                    )
+            facts = await reservations.claimed_row_facts(conn, [i for _, ids in valid for i in ids])
+            checked: list[tuple[StoredReservation, list[str]]] = []
+            for r, ids in valid:
+                turn_id, pending_id, _ = claim_identity(r)
+                wrong = [
+                    i
+                    for i in ids
+                    if i in facts
+                    and (facts[i][0] != r.session_id or facts[i][1] != turn_id or facts[i][2] != pending_id)
+                ]
+                if wrong:
+                    report.errors.append(
+                        f"reservation {r.id}: claimed rows {', '.join(wrong)} do not match its claim"
+                    )
+                    log.error(
+                        "reservation kept: claimed rows do not match",
+                        extra={"event": "recovery.reservation_mismatch", "turn_id": r.id},
+                    )
+                    continue
+                checked.append((r, ids))
+            await locks.lock_sessions(conn, {r.session_id for r, _ in checked})
+            ambiguous = [
+                (r, ids)
+                for r, ids in checked
+                if flag(r.metadata.get(reservations.ATTEMPTED)) or r.has_evidence
+            ]
+            empty = [
+                (r, ids)
+                for r, ids in checked
+                if not (flag(r.metadata.get(reservations.ATTEMPTED)) or r.has_evidence)
+            ]
+            # Empty and unattempted: the prompt was never sent. The WHERE re-checks that.
+            deleted = set(await reservations.delete_empty(conn, [r.id for r, _ in empty]))
+            restore_ids = [i for r, ids in empty if r.id in deleted for i in ids]
+            restored = await clarification_repo.restore_intents(conn, restore_ids)
+            # Attempted or message-backed: maybe running. Keep it, retire the claim, queue the start event.
+            moved = set(await reservations.move_to_outbox(conn, [r.id for r, _ in ambiguous]))
+            await clarification_repo.retire_intents(
+                conn, [i for r, ids in ambiguous if r.id in moved for i in ids]
+            )
+            await tasks.bump_pending_seqs(
+                conn, [r.session_id for r, _ in checked if r.id in deleted or r.id in moved]
+            )
+        for r, _ in checked:
+            if r.id in deleted:
+                report.deleted.append(r.id)
+                log.info(
+                    "empty reservation deleted",
+                    extra={"event": "recovery.reservation_deleted", "turn_id": r.id},
+                )
+            elif r.id in moved:
+                report.preserved.append(r.id)
+                log.info(
+                    "ambiguous reservation preserved",
+                    extra={
+                        "event": "recovery.reservation_preserved",
+                        "turn_id": r.id,
+                        "session_id": r.session_id,
+                    },
+                )
+        task_of = {r.session_id: r.task_id for r in page}
+        for message_id, session_id in restored:
+            report.restored_messages.append(message_id)
+            log.info(
+                "claimed row restored", extra={"event": "recovery.claim_restored", "message_id": message_id}
+            )
+            await publish_session_change(
+                self.deps.bus,
+                task_id=task_of[session_id],
+                session_id=session_id,
+                kind="message.updated",
+                message_id=message_id,
+            )
+        return page[-1].id
+
+    async def replay_outbox(self) -> int:
+        """Step 3: ordered start (and completion) events for every outbox turn, page by page."""
+        replayed = 0
+        errors: list[str] = []
+        after = ""
+        while True:
+            async with self.deps.db.read() as conn:
+                page = await reservations.outbox(conn, after=after, limit=PAGE)
+            if not page:
+                break
+            after = page[-1].id
+            try:
+                replayed += len(
+                    await self.orchestrator.replay_start(
+                        [(t.id, t.session_id, t.task_id, t.completed) for t in page]
+                    )
+                )
+            except Exception as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ReservationRecoveryError("; ".join(errors))
+        return replayed
