@@ -35,7 +35,8 @@ from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
 class ClientState:
     """What a client holds for one task: messages, session projections, the task summary."""
 
-    def __init__(self) -> None:
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
         self.messages: dict[str, dict[str, Any]] = {}
         self.projections: dict[str, dict[str, Any]] = {}
         self.summary: dict[str, Any] | None = None
@@ -60,6 +61,8 @@ class ClientState:
             self.merge_projection(p["sessionId"], p["pendingAction"], p["revision"])
         elif "taskSummaryChanged" in payload:
             s = payload["taskSummaryChanged"]
+            if s["taskId"] != self.task_id:
+                return
             if self.summary is None or s["revision"] > self.summary["revision"]:
                 self.summary = s
 
@@ -69,7 +72,7 @@ class ClientState:
 
 async def fetch(admin: Client, task_id: str, session_id: str) -> dict[str, Any]:
     """fetch_initial_state: what a fresh client would load."""
-    state = ClientState()
+    state = ClientState(task_id)
     for m in (await admin.execute(MESSAGES, {"s": session_id}))["sessionMessages"]:
         state.messages[m["id"]] = m
     for s in (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]:
@@ -107,7 +110,7 @@ async def test_applying_emitted_events_to_the_old_state_equals_a_fresh_fetch(ser
     admin = Client(server.base_url, ADMIN_TOKEN)
     try:
         task_id, session_id = await running_session(admin)
-        state = ClientState()
+        state = ClientState(task_id)
         async with (
             admin.subscribe(SESSION_EVENTS, {"s": session_id}) as events,
             admin.subscribe(PROJECTIONS, {"t": task_id}) as projections,
