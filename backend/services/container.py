@@ -50,6 +50,7 @@ class Services:
 
         # Reservations are reconciled first, before delivery intents (spec recovery order).
         recovery.reservation_steps.append(recover_reservations)
+        recovery.owned_by_reservation = resume_recovery.owns
         return cls(
             deps=deps,
             operations=Operations(deps, reservations=orchestrator),

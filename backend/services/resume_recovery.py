@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from backend import faults
 from backend.domain.clarification import flag
+from backend.domain.lifecycle import CLAIM_KEY, BundleRow
 from backend.repository import clarifications as clarification_repo
 from backend.repository import locks, reservations, tasks
 from backend.repository.reservations import StoredReservation
@@ -66,9 +67,30 @@ class ReservationRecovery:
     def __init__(self, deps: Deps, orchestrator: Orchestrator) -> None:
         self.deps = deps
         self.orchestrator = orchestrator
+        # Claims (and bundles) of reservations kept by the last run: their rows stay as they are.
+        self._kept_claims: set[str] = set()
+        self._kept_bundles: set[str] = set()
+
+    def owns(self, row: BundleRow) -> bool:
+        """Does a reservation kept for diagnosis own this intent row? (intent recovery skips it)"""
+        claim = row.metadata.get(CLAIM_KEY)
+        pending = row.metadata.get("pending_id")
+        return (isinstance(claim, str) and claim in self._kept_claims) or (
+            isinstance(pending, str) and pending in self._kept_bundles
+        )
+
+    def _keep(self, r: StoredReservation) -> None:
+        claim = r.metadata.get(reservations.CLAIM_ID)
+        pending = r.metadata.get(reservations.SOURCE_PENDING_ID)
+        if isinstance(claim, str) and claim:
+            self._kept_claims.add(claim)
+        if isinstance(pending, str) and pending:
+            self._kept_bundles.add(pending)
 
     async def recover_reservations(self) -> RecoveryReport:
         report = RecoveryReport()
+        self._kept_claims.clear()
+        self._kept_bundles.clear()
         after = ""
         while True:
             page_end = await self._page(after, report)
@@ -92,6 +114,7 @@ class ReservationRecovery:
                     _, _, ids = claim_identity(r)
                     valid.append((r, ids))
                 except ValueError as exc:
+                    self._keep(r)
                     report.errors.append(f"reservation {r.id}: {exc}")
                     log.error(
                         "reservation kept: malformed recovery metadata",
@@ -108,6 +131,7 @@ class ReservationRecovery:
                     and (facts[i][0] != r.session_id or facts[i][1] != turn_id or facts[i][2] != pending_id)
                 ]
                 if wrong:
+                    self._keep(r)
                     report.errors.append(
                         f"reservation {r.id}: claimed rows {', '.join(wrong)} do not match its claim"
                     )

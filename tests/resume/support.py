@@ -90,3 +90,12 @@ class GatedExecutor:
             self.cancelled = True
             raise
         return DispatchResult(DispatchOutcome(outcome), "gated")
+
+
+async def eventually(check: Any, seconds: float = 3.0) -> None:
+    """Published events arrive asynchronously: wait (bounded) until `check()` holds."""
+    for _ in range(int(seconds / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    assert check()

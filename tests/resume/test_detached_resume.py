@@ -13,7 +13,14 @@ from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import new_session, questions, recording, rows, yes
-from tests.resume.support import GatedExecutor, detached_question, faulty, resuming, turn_rows
+from tests.resume.support import (
+    GatedExecutor,
+    detached_question,
+    eventually,
+    faulty,
+    resuming,
+    turn_rows,
+)
 
 
 async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publishes_a_clean_successor(
@@ -25,6 +32,7 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
             result = await svc.clarifications.respond(agent.pending_id, yes("q1", "q2"), rejected=False)
+            await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert isinstance(result, lc.Responded) and result.resumed is True
         assert len(executor.received) == 1
         request = executor.received[0]
@@ -116,6 +124,7 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         assert len(executor.received) == 1
         async with recording(svc) as log:
             assert await svc.resume_recovery.replay_outbox() == 1
+            await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert [e["turn_id"] for e in log.events if e["type"] == "turn.started"] == [successor]
         assert {t["id"]: t["metadata"] for t in await turn_rows(db, session_id)}[successor] == {}
         await agent.close()

@@ -1,0 +1,118 @@
+"""Primary-answer watchdog after live delivery, and clarification-pause cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from backend.db.engine import Database
+from backend.domain import lifecycle as lc
+from backend.repository import locks, turns
+from backend.services.orchestrator import TurnSnapshot
+from tests.lifecycle.support import Agent, new_session, yes
+from tests.resume.support import GatedExecutor, resuming, turn_rows
+
+QUICK = {"watchdog_seconds": 0.2}
+
+
+async def _answered_live(svc, session_id: str) -> Agent:  # type: ignore[no-untyped-def]
+    agent = await Agent.ask(svc, session_id)
+    agent.wait()
+    assert isinstance(
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Responded
+    )
+    assert isinstance(await agent.outcome(), lc.Answered)
+    return agent
+
+
+async def test_silent_agent_gets_its_live_answer_again_as_one_resume_prompt(db: Database) -> None:
+    async with resuming(db, ["accepted"], **QUICK) as (svc, executor):
+        _, session_id = await new_session(svc)
+        agent = await _answered_live(svc, session_id)
+        clarification_turn = agent.bundle.turn_id  # type: ignore[union-attr]
+        for _ in range(100):
+            if executor.received:
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert len(executor.received) == 1
+        assert executor.received[0].pending_id == agent.pending_id and "SQLite" in executor.received[0].prompt
+        stored = {t["id"]: t for t in await turn_rows(db, session_id)}
+        assert stored[clarification_turn]["completed"]
+        async with db.read() as conn:
+            assert await turns.current_turn(conn, session_id) == executor.received[0].turn_id
+        await agent.close()
+
+
+async def test_agent_activity_cancels_the_watchdog(db: Database) -> None:
+    async with resuming(db, ["accepted"], **QUICK) as (svc, executor):
+        _, session_id = await new_session(svc)
+        agent = await _answered_live(svc, session_id)
+        await svc.operations.post_message(session_id, content="on it", author="agent", kind="message")
+        await asyncio.sleep(0.6)
+        assert executor.received == []
+        await agent.close()
+
+
+async def test_watchdog_does_not_dispatch_after_its_turn_is_superseded(db: Database) -> None:
+    async with resuming(db, ["accepted"], **QUICK) as (svc, executor):
+        _, session_id = await new_session(svc)
+        agent = await _answered_live(svc, session_id)
+        # A newer turn, written without any event the watchdog could notice: only revalidation stops it.
+        async with db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            newer = await turns.insert_turn(conn, session_id)
+        await asyncio.sleep(0.6)
+        assert executor.received == []
+        stored = {t["id"]: t for t in await turn_rows(db, session_id)}
+        assert not stored[newer.id]["completed"] and not stored[agent.bundle.turn_id]["completed"]  # type: ignore[union-attr]
+        await agent.close()
+
+
+async def test_watchdog_cancellation_reaches_in_flight_prompt_work_and_nothing_is_sent_twice(
+    db: Database,
+) -> None:
+    gate = GatedExecutor()
+    async with resuming(db, executor=gate, **QUICK) as (svc, _):
+        _, session_id = await new_session(svc)
+        agent = await _answered_live(svc, session_id)
+        await asyncio.wait_for(gate.started.wait(), 5)
+        svc.watchdogs.note_activity(session_id, "test")
+        for _ in range(50):
+            if gate.cancelled:
+                break
+            await asyncio.sleep(0.02)
+        assert gate.cancelled
+        await asyncio.sleep(0.5)
+        assert len(gate.received) == 1
+        # Cancelled after the attempt marker: ambiguous, so the successor is kept, never resent.
+        stored = {t["id"]: t for t in await turn_rows(db, session_id)}
+        assert gate.received[0].turn_id in stored
+        await agent.close()
+
+
+async def test_shutdown_cancels_an_armed_watchdog(db: Database) -> None:
+    async with resuming(db, ["accepted"], watchdog_seconds=0.4) as (svc, executor):
+        _, session_id = await new_session(svc)
+        agent = await _answered_live(svc, session_id)
+        await svc.watchdogs.stop()
+        await asyncio.sleep(0.7)
+        assert executor.received == []
+        await agent.close()
+
+
+async def test_pause_that_observed_no_turn_does_not_cancel_a_first_turn_created_during_detachment(
+    db: Database,
+) -> None:
+    async with resuming(db) as (svc, _):
+        _, session_id = await new_session(svc, turn=False)
+        snapshot = await svc.orchestrator.snapshot(session_id)
+        assert snapshot == TurnSnapshot(session_id, None)
+        # Asking opens the session's first turn; the wait then detaches.
+        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        assert isinstance(await agent.outcome(), lc.Detached)
+        assert await svc.orchestrator.cancel_paused(snapshot) is False
+        assert [t["completed"] for t in await turn_rows(db, session_id)] == [False]
+        # A pause that observed this very turn does cancel it.
+        assert await svc.orchestrator.cancel_paused(await svc.orchestrator.snapshot(session_id)) is True
+        assert [t["completed"] for t in await turn_rows(db, session_id)] == [True]
+        await agent.close()
