@@ -106,9 +106,11 @@ class App:
         self.projection_sub: tuple[str, str] | None = None
         self.events_sub: tuple[str, str] | None = None
         self.history_loads: dict[str, int] = {}
-        self.route_loads = 0
+        self.session_loads: dict[str, int] = {}
         self.refetching = False
         self._html: dict[str, str] = {}
+        self._rows: dict[str, tuple[Any, str]] = {}
+        self.booted = False
         self.signed_out = False
 
     # --- start-up ------------------------------------------------------------------------------
@@ -130,6 +132,7 @@ class App:
                 "task-list", '<p class="empty error">Could not load tasks: ' + view.esc(error) + "</p>"
             )
             return
+        self.booted = True
         self.render()
         document.documentElement.setAttribute("data-ready-at", str(window.performance.now()))
         document.documentElement.setAttribute("data-ready", "true")
@@ -182,6 +185,9 @@ class App:
         tasks = data["tasks"]
         self.task_order = [t["id"] for t in tasks]
         self.store.apply_tasks(tasks, token)
+        for task in tasks:
+            if task.get("summary") is None:
+                _spawn(self.load_task_sessions(task["id"]))
 
     async def load_sessions(self, task_id: str, signal: Any) -> list[dict[str, Any]]:
         """The kit's forced, authoritative session load (aborted through ``signal``)."""
@@ -197,10 +203,14 @@ class App:
                 self.bundles[bundle["pendingId"]] = bundle
 
     async def load_route(self, task_id: str, session_id: str | None) -> None:
-        self.route_loads += 1
-        load = self.route_loads
         if session_id is not None:
             _spawn(self.load_history(session_id))
+        await self.load_task_sessions(task_id)
+
+    async def load_task_sessions(self, task_id: str) -> None:
+        # Only a task's newest list applies: an older one could drop a session created since.
+        load = self.session_loads.get(task_id, 0) + 1
+        self.session_loads[task_id] = load
         try:
             data = await self.http.query(queries.ROUTE_SESSIONS, {"taskId": task_id})
         except net.Unauthorized:
@@ -209,8 +219,7 @@ class App:
         except Exception as error:
             window.console.warn("loading sessions failed: " + str(error))
             return
-        # Session lists merge by revision, so a late one cannot win; a deleted task stays deleted.
-        if self.store.task(task_id) is None or (load != self.route_loads and task_id != self.route_task):
+        if self.store.task(task_id) is None or self.session_loads.get(task_id) != load:
             return
         sessions = data["taskSessions"]
         self._note_bundles(sessions)
@@ -225,7 +234,8 @@ class App:
         except Exception as error:
             window.console.warn("loading the session failed: " + str(error))
             return
-        if self.history_loads.get(session_id) != load or self.store.session(session_id) is None:
+        # Applied even before the session list arrives: opening a deep link loads both at once.
+        if self.history_loads.get(session_id) != load:
             return
         self.store.apply_session_turns(session_id, data["sessionTurns"])
         self.store.apply_session_messages(session_id, data["sessionMessages"])
@@ -236,12 +246,11 @@ class App:
             data = await self.http.query(queries.SESSION_TURNS, {"sessionId": session_id})
         except Exception:
             return
-        if self.store.session(session_id) is not None:
-            self.store.apply_session_turns(session_id, data["sessionTurns"])
-            self.render()
+        self.store.apply_session_turns(session_id, data["sessionTurns"])
+        self.render()
 
     async def refresh_session(self, task_id: str, session_id: str) -> None:
-        await self.load_route(task_id, None)
+        await self.load_task_sessions(task_id)
         await self.load_history(session_id)
 
     async def resync(self) -> None:
@@ -268,11 +277,14 @@ class App:
         summary = data.get("taskSummaryChanged")
         if not isinstance(summary, dict):
             return
-        if self.store.task(str(summary.get("taskId"))) is None:
+        known = self.store.task(str(summary.get("taskId"))) is not None
+        changed = self.store.apply_task_summary(summary)
+        if not self.booted:
+            return  # the first task list is on its way and renders everything at once
+        if not known:
             # A task this client has not listed yet: the list is the authority on what exists.
             _spawn(self.resync())
-            return
-        if self.store.apply_task_summary(summary):
+        elif changed:
             self.render()
 
     def _on_projection(self, data: Any) -> None:
@@ -282,7 +294,7 @@ class App:
 
     def _on_session_event(self, session_id: str, data: Any) -> None:
         event = data.get("sessionEvents")
-        if not isinstance(event, dict) or self.store.session(session_id) is None:
+        if not isinstance(event, dict) or session_id != self.route_session:
             return
         self.store.apply_session_event(session_id, event)
         if self.store.turns_stale(session_id):
@@ -504,6 +516,11 @@ class App:
             question = message.get("clarification")
             if isinstance(question, dict) and question.get("pendingId") == pending_id:
                 found.append(question)
+        if not found:
+            # The session's messages are still loading: the forced load already named the bundle.
+            bundle = self.bundles.get(pending_id) or {}
+            if bundle.get("sessionId", session_id) == session_id:
+                found = list(bundle.get("questions") or [])
         return found
 
     def _reset_draft(self, pending_id: str | None) -> None:
@@ -521,26 +538,33 @@ class App:
         self._render_main(scroll)
 
     def _render_tasks(self) -> None:
-        tasks = []
-        actions: dict[str, Any] = {}
+        # 200 rows are rebuilt on every render; a row's HTML is reused while its inputs are unchanged,
+        # which keeps a render under MicroPython to a few milliseconds.
+        rows = []
         waiting = 0
         seen = set()
         order = list(self.task_order)
-        for task_id in self.store.task_ids():
-            if task_id not in order:
-                order.append(task_id)
+        if len(order) != len(self.store.task_ids()):
+            for task_id in self.store.task_ids():
+                if task_id not in self.task_order:
+                    order.append(task_id)
+        cache = self._rows
         for task_id in order:
             task = self.store.task(task_id)
             if task is None or task_id in seen:
                 continue
             seen.add(task_id)
-            tasks.append(task)
             action = self.store.task_pending_action(task_id)
-            actions[task_id] = action
             if action:
                 waiting += 1
-        self._set_html("task-list", view.task_rows(tasks, actions, self.route_task))
-        self._set_html("task-count", str(len(tasks)))
+            key = (task.get("title"), task.get("workflowStep"), action, task_id == self.route_task)
+            held = cache.get(task_id)
+            if held is None or held[0] != key:
+                held = (key, view.task_row(task_id, key[0], key[1], key[2], key[3]))
+                cache[task_id] = held
+            rows.append(held[1])
+        self._set_html("task-list", view.task_list(rows))
+        self._set_html("task-count", str(len(rows)))
         self._set_html("waiting-count", str(waiting) if waiting else "")
 
     def _render_main(self, scroll: bool) -> None:

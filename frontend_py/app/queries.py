@@ -14,26 +14,25 @@ MESSAGE_FIELDS = "id sessionId turnId kind author content createdAt clarificatio
 
 TURN_FIELDS = "id sessionId startedAt completedAt createdAt lifecycleOnly"
 
-# The boot payload: every task with its summary and sessions (legacy pending fallback), one request.
+# The boot payload: every task with its summary (the icon). Sessions are loaded per task: when it is
+# opened, or up front for a task whose summary is null (the legacy pending fallback needs them).
 TASKS = (
-    "query TaskList { tasks { id title workflowStep primarySessionId summary { "
-    + SUMMARY_FIELDS
-    + " } sessions { "
-    + SESSION_FIELDS
-    + " } } }"
+    "query TaskList { tasks { id title workflowStep primarySessionId summary { " + SUMMARY_FIELDS + " } } }"
 )
 
 # The forced, authoritative load task activation makes (named so tests can hold it back).
 ACTIVATION_SESSIONS = (
     "query ActivationSessions($taskId: ID!) { taskSessions(taskId: $taskId) { "
     + SESSION_FIELDS
-    + " activeClarification { pendingId state context } } }"
+    + " activeClarification { pendingId sessionId state context questions { "
+    + QUESTION_FIELDS
+    + " } } } }"
 )
 
 ROUTE_SESSIONS = (
     "query RouteSessions($taskId: ID!) { taskSessions(taskId: $taskId) { "
     + SESSION_FIELDS
-    + " activeClarification { pendingId state context } } }"
+    + " activeClarification { pendingId sessionId state context } } }"
 )
 
 SESSION_HISTORY = (

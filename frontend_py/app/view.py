@@ -56,45 +56,45 @@ def clock(timestamp: Any) -> str:
 # --- task list ---------------------------------------------------------------------------------
 
 
-def task_rows(tasks: list[dict[str, Any]], actions: dict[str, Any], selected: str | None) -> str:
-    """The task list: one button per task; the question icon only while the task has a pending action."""
-    if not tasks:
-        return '<p class="empty">No tasks yet.</p>'
-    parts = []
-    for task in tasks:
-        task_id = task["id"]
-        action = actions.get(task_id)
-        icon = ""
-        if action == "CLARIFICATION":
-            icon = (
-                '<span class="pending-icon question" data-testid="task-question-icon" '
-                'title="A question is waiting for you">' + QUESTION_ICON + "</span>"
-            )
-        elif action == "PERMISSION":
-            icon = (
-                '<span class="pending-icon permission" data-testid="task-question-icon" '
-                'title="A permission request is waiting for you">' + PERMISSION_ICON + "</span>"
-            )
-        current = ' aria-current="page"' if task_id == selected else ""
-        pending = " pending" if action else ""
-        parts.append(
-            '<li><button type="button" class="task-row'
-            + pending
-            + '" data-action="task" data-task-id="'
-            + esc(task_id)
-            + '" data-testid="task-row-'
-            + esc(task_id)
-            + '"'
-            + current
-            + '><span class="task-text"><span class="task-title">'
-            + esc(task.get("title"))
-            + '</span><span class="task-step">'
-            + esc(task.get("workflowStep"))
-            + "</span></span>"
-            + icon
-            + "</button></li>"
+def task_row(task_id: str, title: Any, step: Any, action: Any, selected: bool) -> str:
+    """One task row; the question icon only while the task has a pending action."""
+    icon = ""
+    if action == "CLARIFICATION":
+        icon = (
+            '<span class="pending-icon question" data-testid="task-question-icon" '
+            'title="A question is waiting for you">' + QUESTION_ICON + "</span>"
         )
-    return '<ul class="task-list">' + "".join(parts) + "</ul>"
+    elif action == "PERMISSION":
+        icon = (
+            '<span class="pending-icon permission" data-testid="task-question-icon" '
+            'title="A permission request is waiting for you">' + PERMISSION_ICON + "</span>"
+        )
+    safe_id = esc(task_id)
+    return "".join(
+        [
+            '<li><button type="button" class="task-row',
+            " pending" if action else "",
+            '" data-action="task" data-task-id="',
+            safe_id,
+            '" data-testid="task-row-',
+            safe_id,
+            '"',
+            ' aria-current="page"' if selected else "",
+            '><span class="task-text"><span class="task-title">',
+            esc(title),
+            '</span><span class="task-step">',
+            esc(step),
+            "</span></span>",
+            icon,
+            "</button></li>",
+        ]
+    )
+
+
+def task_list(rows: list[str]) -> str:
+    if not rows:
+        return '<p class="empty">No tasks yet.</p>'
+    return '<ul class="task-list">' + "".join(rows) + "</ul>"
 
 
 # --- session tabs ------------------------------------------------------------------------------
