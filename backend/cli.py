@@ -45,6 +45,16 @@ def _serve(settings: Settings, *, demo: bool = False) -> None:
             await demo_data.seed(services)
 
         app.state.runtime.startup_steps.append(seed)
+
+        async def start_demo_agent(services: object) -> None:
+            # Connects through the API like any agent, once the server admits traffic.
+            from backend.executors.demo_agent import DemoAgent
+
+            assert settings.bootstrap_token is not None
+            agent = DemoAgent(f"http://{settings.host}:{settings.port}", settings.bootstrap_token)
+            app.state.demo_agent = asyncio.get_running_loop().create_task(agent.run())
+
+        app.state.runtime.startup_steps.append(start_demo_agent)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", ws="websockets-sansio")
 
 
