@@ -608,13 +608,15 @@ class App:
             self._reset_draft(None)
             return
         active_ids = self.store.session_pending(session_id)[1]
+        node = document.getElementById("transcript")
+        # Follow the conversation while the reader is at its end (a card appearing shrinks the view).
+        at_end = node.scrollTop + node.clientHeight >= node.scrollHeight - 48
         changed = self._set_html(
             "transcript",
             view.transcript(self.store.turns(session_id), self.store.messages(session_id), active_ids),
         )
-        self._render_card(session_id, active_ids)
-        if changed and scroll:
-            node = document.getElementById("transcript")
+        card_changed = self._render_card(session_id, active_ids)
+        if (changed and scroll) or ((changed or card_changed) and at_end):
             node.scrollTop = node.scrollHeight
 
     def _notice_html(self) -> str:
@@ -628,7 +630,7 @@ class App:
             )
         return view.conflict_notice(reason, bundle)
 
-    def _render_card(self, session_id: str, active_ids: list[str]) -> None:
+    def _render_card(self, session_id: str, active_ids: list[str]) -> bool:
         pending_id = None
         for candidate in active_ids:
             if candidate not in self.resolved and self._questions(session_id, candidate):
@@ -650,7 +652,7 @@ class App:
                     self.card_busy,
                     self.card_error,
                 )
-        self._set_html("card-slot", html)
+        return self._set_html("card-slot", html)
 
 
 def show_signin(message: str | None = None) -> None:
