@@ -10,6 +10,7 @@ from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
 from strawberry.schema.config import StrawberryConfig
 
 from backend.api.admin import AccessMutations, AccessQueries
+from backend.api.agents import AgentMutations, AgentSubscriptions
 from backend.api.clarifications import (
     ClarificationMutations,
     ClarificationQueries,
@@ -28,12 +29,12 @@ class Query(OperationQueries, AccessQueries, ClarificationQueries):
 
 
 @strawberry.type
-class Mutation(OperationMutations, AccessMutations, ClarificationMutations):
+class Mutation(OperationMutations, AgentMutations, AccessMutations, ClarificationMutations):
     pass
 
 
 @strawberry.type
-class Subscription(LiveSubscriptions, ClarificationSubscriptions):
+class Subscription(AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions):
     pass
 
 

@@ -127,6 +127,11 @@ class PromptChannel:
             await self.deps.bus.publish(acks_channel(turn_id), {"turn_id": turn_id, "accepted": accepted})
         log.info(
             "prompt acknowledged",
-            extra={"event": "prompt.ack", "turn_id": turn_id, "accepted": accepted, "outstanding": outstanding},
+            extra={
+                "event": "prompt.ack",
+                "turn_id": turn_id,
+                "accepted": accepted,
+                "outstanding": outstanding,
+            },
         )
         return outstanding

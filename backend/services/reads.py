@@ -42,6 +42,10 @@ class Reads:
         async with self.deps.db.read() as conn:
             return await pending.pending_for_sessions(conn, session_ids)
 
+    async def turn(self, turn_id: str) -> TurnRecord:
+        async with self.deps.db.read() as conn:
+            return await turns.get_turn(conn, turn_id)
+
     async def turns(self, session_id: str) -> list[TurnRecord]:
         async with self.deps.db.read() as conn:
             await tasks.get_session(conn, session_id)
