@@ -11,9 +11,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import PathLike, StaticFiles
 from starlette.types import Scope
 
-import frontend_py
-
-FRONTEND = Path(frontend_py.__file__).resolve().parent
+# The kit and app sit beside the backend package, in the source tree and in an installed wheel alike.
+FRONTEND = Path(__file__).resolve().parents[2] / "frontend_py"
 WEB = FRONTEND / "web"
 APP = WEB / "app"
 INDEX = APP / "index.html"
