@@ -100,7 +100,10 @@ async def clear_recovery(conn: AsyncConnection, turn_id: str) -> bool:
         .where(T.c.id == turn_id, _unpublished())
         .values(metadata=json_update(T.c.metadata, remove=DISPATCH_KEYS))
     )
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    await turns.close_predecessors(conn, [turn_id])
+    return True
 
 
 async def move_to_outbox(conn: AsyncConnection, turn_ids: Sequence[str]) -> list[str]:
@@ -114,7 +117,10 @@ async def move_to_outbox(conn: AsyncConnection, turn_ids: Sequence[str]) -> list
         .values(metadata=json_update(T.c.metadata, {START_EVENT_PENDING: True}, remove=RECOVERY_KEYS))
         .returning(T.c.id)
     )
-    return [r.id for r in result]
+    moved = [r.id for r in result]
+    # The successor is kept (accepted or ambiguous): it is accepted work, like a started turn.
+    await turns.close_predecessors(conn, moved)
+    return moved
 
 
 async def live_reservation(conn: AsyncConnection, session_id: str) -> str | None:

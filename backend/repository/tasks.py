@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import exists, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.tables import task_sessions, tasks
+from backend.db.tables import task_session_messages, task_sessions, tasks
 from backend.domain.errors import NotFound
 from backend.domain.ids import new_id
 from backend.domain.records import SessionRecord, TaskRecord
 from backend.domain.states import SessionState
 from backend.repository import rows
+from backend.repository.authority import active_clarification_rows
 
 
 async def create_task(conn: AsyncConnection, title: str, workflow_step: str = "todo") -> TaskRecord:
@@ -99,6 +100,40 @@ async def set_session_state(conn: AsyncConnection, session_id: str, state: str) 
     await conn.execute(
         update(task_sessions).where(task_sessions.c.id == session_id).values(state=state, updated_at=utcnow())
     )
+
+
+async def mark_running_when_unblocked(conn: AsyncConnection, session_id: str) -> bool:
+    """WAITING_FOR_INPUT -> RUNNING once the session has no active clarification left (its last
+    question was answered, skipped, resumed or cancelled). True when the state changed."""
+    m = task_session_messages.alias("blocking")
+    result = await conn.execute(
+        update(task_sessions)
+        .where(
+            task_sessions.c.id == session_id,
+            task_sessions.c.state == SessionState.WAITING_FOR_INPUT.value,
+            not_(
+                exists().where(
+                    m.c.session_id == session_id, active_clarification_rows(m, task_sessions.c.state)
+                )
+            ),
+        )
+        .values(state=SessionState.RUNNING.value, updated_at=utcnow())
+    )
+    return result.rowcount == 1
+
+
+async def mark_running_on_new_turn(conn: AsyncConnection, session_id: str) -> bool:
+    """A new conversational turn supersedes the questions a waiting session waited on: it runs.
+    Other states are the operator's to set."""
+    result = await conn.execute(
+        update(task_sessions)
+        .where(
+            task_sessions.c.id == session_id,
+            task_sessions.c.state == SessionState.WAITING_FOR_INPUT.value,
+        )
+        .values(state=SessionState.RUNNING.value, updated_at=utcnow())
+    )
+    return result.rowcount == 1
 
 
 async def bump_pending_seq(conn: AsyncConnection, session_id: str) -> None:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, literal, select, update
+from sqlalchemy import and_, exists, func, literal, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
+from backend.db.sqlfuncs import json_flag
 from backend.db.tables import task_session_turns as T
 from backend.domain.errors import InvalidState, NotFound
 from backend.domain.ids import new_id
@@ -69,6 +71,34 @@ async def insert_turn(
         )
     )
     return record
+
+
+async def close_predecessors(conn: AsyncConnection, successor_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """A newer conversational turn was accepted: complete every older open conversational turn of its
+    session, at the successor's start. Without this an older open turn would outrank the successor
+    once the successor completes (open before completed) and revive its history. Lifecycle turns and
+    unpublished reservations are left alone. Returns (session id, turn id) of the turns closed."""
+    if not successor_ids:
+        return []
+    succ = T.alias("successor")
+    newer = and_(
+        succ.c.id.in_(list(successor_ids)),
+        succ.c.session_id == T.c.session_id,
+        succ.c.started_at > T.c.started_at,
+    )
+    result = await conn.execute(
+        update(T)
+        .where(
+            T.c.completed_at.is_(None),
+            T.c.id.not_in(list(successor_ids)),
+            not_(json_flag(T.c.metadata, "lifecycle_only")),
+            not_(json_flag(T.c.metadata, "prompt_dispatch_pending")),
+            exists().where(newer),
+        )
+        .values(completed_at=select(func.min(succ.c.started_at)).where(newer).scalar_subquery())
+        .returning(T.c.session_id, T.c.id)
+    )
+    return [(r.session_id, r.id) for r in result]
 
 
 async def complete_turn(conn: AsyncConnection, turn: TurnRecord) -> TurnRecord:

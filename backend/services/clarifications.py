@@ -382,7 +382,10 @@ class Clarifications:
     async def _finalize(self, claim: Claim) -> list[BundleRow]:
         async with self.deps.db.write() as conn:
             await locks.lock_sessions(conn, [claim.session_id])
-            return await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
+            settled = await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
+            if settled and await tasks.mark_running_when_unblocked(conn, claim.session_id):
+                await tasks.bump_pending_seq(conn, claim.session_id)
+            return settled
 
     # --- respond --------------------------------------------------------------------------------
 
@@ -422,6 +425,9 @@ class Clarifications:
             )
             if not claimed:  # cannot happen under the lock; kept so a lost claim is never a success
                 return Conflict(pending_id, ConflictReason.DELIVERY_CLAIMED, bundle)
+            if claim_id is None:
+                # A persisted rejection is final at once: the session no longer waits for it.
+                await tasks.mark_running_when_unblocked(conn, session_id)
             await tasks.bump_pending_seq(conn, session_id)
         after = _merge(bundle, claimed)
         log.info(
@@ -564,6 +570,7 @@ class Clarifications:
                 return False
             changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
             if changed:
+                await tasks.mark_running_when_unblocked(conn, session_id)
                 await tasks.bump_pending_seq(conn, session_id)
         if not changed:
             return False

@@ -90,7 +90,21 @@ class Operations:
             turn = await turns.insert_turn(
                 conn, session_id, {"lifecycle_only": True} if lifecycle_only else {}
             )
+            closed: list[tuple[str, str]] = []
+            if not lifecycle_only:
+                # The new turn is accepted work: older open turns end here, so they can never
+                # outrank it again, and a waiting session is running.
+                closed = await turns.close_predecessors(conn, [turn.id])
+                await tasks.mark_running_on_new_turn(conn, session_id)
             await tasks.bump_pending_seq(conn, session_id)
+        for _, closed_id in closed:
+            await publish_session_change(
+                self.deps.bus,
+                task_id=session.task_id,
+                session_id=session_id,
+                kind="turn.completed",
+                turn_id=closed_id,
+            )
         await publish_session_change(
             self.deps.bus,
             task_id=session.task_id,

@@ -417,6 +417,7 @@ class Orchestrator:
                     raise RuntimeError("the reservation lost its recovery metadata")
                 if claim_id is not None:
                     await clarification_repo.settle_claim(conn, message_ids, claim_id)
+                await tasks.mark_running_when_unblocked(conn, session_id)
                 await tasks.bump_pending_seq(conn, session_id)
         except Exception as exc:
             log.exception(
@@ -443,6 +444,7 @@ class Orchestrator:
                 await reservations.move_to_outbox(conn, [live.turn_id])
                 if claim_id is not None:
                     await clarification_repo.settle_claim(conn, message_ids, claim_id)
+                await tasks.mark_running_when_unblocked(conn, ids["session_id"])
                 await tasks.bump_pending_seq(conn, ids["session_id"])
             log.info("start event queued", extra={"event": "resume.outbox", **ids})
             return True
