@@ -3,57 +3,62 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import literal, select
+from sqlalchemy import ColumnElement, Row, Select, literal, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.sqlfuncs import json_text
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData
-from backend.domain.records import Revision, SessionPending
+from backend.domain.records import Revision, SessionPending, SessionRecord
+from backend.repository import rows
 from backend.repository.authority import active_clarification_rows, current_turn_id, pending_action
 from backend.repository.meta import epoch_value, parse_epoch
+
+
+def _projected_sessions(where: ColumnElement[bool]) -> Select[Any]:
+    """Session rows with their projection: the derivation runs once per session row, and the epoch
+    is read in the same statement (one snapshot) as each sequence."""
+    # Materialized, so the current turn is derived once per session even where the planner would
+    # otherwise inline it into each of the pending-kind tests below.
+    base = (
+        select(S, current_turn_id(S.c.id).label("turn_id")).where(where).cte("s").prefix_with("MATERIALIZED")
+    )
+    return select(
+        base,
+        pending_action(base.c.id, base.c.state, base.c.turn_id).label("pending_action"),
+        epoch_value().label("epoch"),
+    )
+
+
+def _projection(row: Row[Any]) -> SessionPending:
+    epoch = 0 if row.epoch is None else parse_epoch(row.epoch)
+    return SessionPending(
+        row.id, row.task_id, row.state, row.turn_id, row.pending_action, Revision(epoch, int(row.pending_seq))
+    )
 
 
 async def pending_for_sessions(
     conn: AsyncConnection, session_ids: Sequence[str]
 ) -> dict[str, SessionPending]:
-    """One statement for the whole batch; the epoch is read in the same snapshot as each sequence."""
+    """Projections of many sessions in one statement."""
     if not session_ids:
         return {}
-    base = (
-        select(
-            S.c.id,
-            S.c.task_id,
-            S.c.state,
-            S.c.pending_seq,
-            current_turn_id(S.c.id).label("turn_id"),
-        )
-        .where(S.c.id.in_(list(dict.fromkeys(session_ids))))
-        .subquery("s")
-    )
-    query = select(
-        base.c.id,
-        base.c.task_id,
-        base.c.state,
-        base.c.pending_seq,
-        base.c.turn_id,
-        pending_action(base.c.id, base.c.state, base.c.turn_id).label("pending_action"),
-        epoch_value().label("epoch"),
-    )
-    out: dict[str, SessionPending] = {}
-    for row in await conn.execute(query):
-        epoch = 0 if row.epoch is None else parse_epoch(row.epoch)
-        out[row.id] = SessionPending(
-            row.id,
-            row.task_id,
-            row.state,
-            row.turn_id,
-            row.pending_action,
-            Revision(epoch, int(row.pending_seq)),
-        )
-    return out
+    rows_ = await conn.execute(_projected_sessions(S.c.id.in_(list(dict.fromkeys(session_ids)))))
+    return {row.id: _projection(row) for row in rows_}
+
+
+async def sessions_with_pending(
+    conn: AsyncConnection, task_ids: Sequence[str]
+) -> list[tuple[SessionRecord, SessionPending]]:
+    """Every session of these tasks (oldest first) with its projection, in one statement."""
+    if not task_ids:
+        return []
+    query = _projected_sessions(S.c.task_id.in_(list(dict.fromkeys(task_ids))))
+    query = query.order_by(query.selected_columns.created_at, query.selected_columns.id)
+    return [(rows.session(row), _projection(row)) for row in await conn.execute(query)]
 
 
 async def active_pending_ids(conn: AsyncConnection, session_id: str) -> list[str]:

@@ -32,10 +32,11 @@ class Reads:
     async def sessions_with_pending(
         self, task_ids: Sequence[str]
     ) -> tuple[list[SessionRecord], dict[str, SessionPending]]:
-        """Sessions of many tasks and their projections: two statements whatever the count."""
+        """Sessions of many tasks and their projections: one statement whatever the count."""
         async with self.deps.db.read() as conn:
-            sessions = await tasks.list_sessions(conn, task_ids)
-            projections = await pending.pending_for_sessions(conn, [s.id for s in sessions])
+            pairs = await pending.sessions_with_pending(conn, task_ids)
+        sessions = [s for s, _ in pairs]
+        projections = {s.id: p for s, p in pairs}
         return sessions, projections
 
     async def pending_for_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionPending]:

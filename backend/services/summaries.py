@@ -97,8 +97,9 @@ class Summaries:
                 if unknown
                 else set(stored)
             )
-            sessions = await tasks.list_sessions(conn, [t for t in task_ids if t in existing])
-            projections = await pending.pending_for_sessions(conn, [s.id for s in sessions])
+            pairs = await pending.sessions_with_pending(conn, [t for t in task_ids if t in existing])
+        sessions = [s for s, _ in pairs]
+        projections = {s.id: p for s, p in pairs}
         by_task: dict[str, list[SessionRecord]] = {t: [] for t in existing}
         for s in sessions:
             by_task[s.task_id].append(s)
