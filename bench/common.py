@@ -32,7 +32,9 @@ async def _admin(statement: str) -> None:
         await db.dispose()
 
 
-async def fresh_database(dialect: str) -> tuple[Database, Callable[[], Awaitable[None]]]:
+async def fresh_database(
+    dialect: str, *, pool_size: int = 10
+) -> tuple[Database, Callable[[], Awaitable[None]]]:
     """A new migrated database and a coroutine that drops it."""
     if dialect == "sqlite":
         path = Path(f"/tmp/turnwise-bench-{uuid.uuid4().hex[:8]}.db")
@@ -46,7 +48,9 @@ async def fresh_database(dialect: str) -> tuple[Database, Callable[[], Awaitable
     else:
         name = f"turnwise_bench_{uuid.uuid4().hex[:10]}"
         await _admin(f'CREATE DATABASE "{name}"')
-        db = Database(make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
+        db = Database(
+            make_url(PG_URL).set(database=name).render_as_string(hide_password=False), pool_size=pool_size
+        )
 
         async def drop() -> None:
             await db.dispose()

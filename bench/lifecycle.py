@@ -9,19 +9,14 @@ run, and throughput is reported as a ratio to it.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import event
 
 from backend.config import Settings
-from backend.db import migrate
 from backend.db.engine import Database
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Answered, Asked, validate_questions
@@ -30,28 +25,12 @@ from backend.repository import clarifications as repo
 from backend.repository import locks, tasks, turns
 from backend.services.container import Services
 from backend.services.context import Deps
+from bench.common import fresh_database, pct, write_result
 
-PG_URL = os.environ.get("TURNWISE_BENCH_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 SESSIONS = 50
 ROUNDS = int(os.environ.get("TURNWISE_BENCH_ROUNDS", "8"))
 QUESTION = {"prompt": "Which database?", "options": [{"label": "SQLite"}, {"label": "PostgreSQL"}]}
 ANSWER = [Answer("q1", ("q1_opt2",), None)]
-RESULTS = Path(__file__).parent / "results"
-
-
-async def _admin(statement: str) -> None:
-    db = Database(PG_URL)
-    try:
-        async with db.engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            await conn.execute(text(statement))
-    finally:
-        await db.dispose()
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 class Counter:
@@ -157,13 +136,10 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
 
 
 async def run() -> dict[str, Any]:
-    name = f"turnwise_bench_{uuid.uuid4().hex[:10]}"
-    await _admin(f'CREATE DATABASE "{name}"')
-    url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    db = Database(url, pool_size=20)
+    db, drop = await fresh_database("postgresql", pool_size=20)
+    url = db.url
     bus = EventBus("memory://")
     try:
-        await migrate.upgrade(db)
         await bus.connect()
         services = Services.build(Deps(db=db, bus=bus, settings=Settings(database_url=url)))
         await services.waiters.start()
@@ -208,17 +184,16 @@ async def run() -> dict[str, Any]:
             "statements_per_respond": statements_per_respond,
             "round_trip_ms": {
                 "p50": 1000 * statistics.median(service_lat),
-                "p99": 1000 * _pct(service_lat, 0.99),
+                "p99": 1000 * pct(service_lat, 99),
             },
-            "bare_sql_ms": {"p50": 1000 * statistics.median(bare_lat), "p99": 1000 * _pct(bare_lat, 0.99)},
+            "bare_sql_ms": {"p50": 1000 * statistics.median(bare_lat), "p99": 1000 * pct(bare_lat, 99)},
             "respond_throughput_per_s": service_tput,
             "bare_sql_throughput_per_s": bare_tput,
             "throughput_ratio": service_tput / bare_tput,
         }
     finally:
         await bus.disconnect()
-        await db.dispose()
-        await _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await drop()
 
 
 def main() -> None:
@@ -242,8 +217,7 @@ def main() -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "lifecycle.json").write_text(json.dumps(result, indent=2) + "\n")
+    write_result("lifecycle", result)
 
 
 if __name__ == "__main__":
