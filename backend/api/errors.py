@@ -20,6 +20,15 @@ def _is_expected(error: GraphQLError) -> bool:
     return original is None or isinstance(original, TurnwiseError | GraphQLError)
 
 
+def _document_error_code(error: GraphQLError) -> str:
+    """Every error carries a code, also the ones graphql-core raises before any resolver runs."""
+    if error.message.startswith("Syntax Error"):
+        return "GRAPHQL_PARSE_FAILED"
+    if error.message.startswith("Variable '$"):
+        return "BAD_USER_INPUT"
+    return "GRAPHQL_VALIDATION_FAILED"
+
+
 class ErrorPolicy(MaskErrors):
     def __init__(self) -> None:
         super().__init__(should_mask_error=lambda e: True, error_message="Internal error")
@@ -30,6 +39,7 @@ class ErrorPolicy(MaskErrors):
             extensions = dict(error.extensions or {})
             if isinstance(original, TurnwiseError):
                 extensions["code"] = original.code
+            extensions.setdefault("code", _document_error_code(error))
             return GraphQLError(
                 message=error.message,
                 nodes=error.nodes,

@@ -1,0 +1,1 @@
+"""Reliability evidence: model-based lifecycle tests and API fuzzing."""
