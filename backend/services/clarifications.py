@@ -52,7 +52,7 @@ from backend.repository import instances, locks, tasks, turns
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.resume import NotWiredResumer, Resumer
-from backend.services.waiters import Waiter, WaiterHub
+from backend.services.waiters import Notice, Waiter, WaiterHub
 
 log = logging.getLogger("turnwise.clarification")
 
@@ -185,6 +185,11 @@ class Clarifications:
             yield await self._wait(waiter, timeout)
         finally:
             self.hub.unregister(waiter)
+            # A hand-off nobody will confirm now: refuse it at once, so its responder restores the
+            # claim instead of waiting out the live confirmation bound.
+            for notice in _drain(waiter):
+                assert notice.claim is not None
+                await self._bounded(self.hub.confirm(notice.reply_to, notice.claim.claim_id, False))
             if not waiter.finished and waiter.pending_id is not None:
                 # Client disconnect: detach in a context the cancelled request cannot abort.
                 waiter.finished = True
@@ -284,6 +289,13 @@ class Clarifications:
                 waiter.finished = True
                 return ended
         waiter.finished = True
+        # A hand-off can land as the wait runs out (queued while the timed-out get was being
+        # cancelled): its responder already holds a claim and waits on this waiter, so deliver it.
+        for notice in _drain(waiter):
+            assert notice.claim is not None
+            confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
+            if confirmed is not None:
+                return confirmed
         await self._bounded(self._detach(waiter, "timeout"))
         return Detached(waiter.pending_id)
 
@@ -609,6 +621,16 @@ class Clarifications:
             task = await tasks.set_workflow_step(conn, task_id, step)
         log.info("task advanced", extra={"event": "workflow.advanced", "task_id": task_id, "step": step})
         return TaskAdvanced(task)
+
+
+def _drain(waiter: Waiter) -> list[Notice]:
+    """The hand-offs still queued for a waiter that stops waiting (wakes are dropped)."""
+    out = []
+    while not waiter.queue.empty():
+        notice = waiter.queue.get_nowait()
+        if notice.kind == "handoff" and notice.claim is not None:
+            out.append(notice)
+    return out
 
 
 def _merge(bundle: Bundle, changed: Sequence[BundleRow]) -> Bundle:
