@@ -17,6 +17,7 @@ from backend.api.clarifications import (
     ClarificationSubscriptions,
 )
 from backend.api.errors import ErrorPolicy
+from backend.api.hygiene import TextHygiene
 from backend.api.limits import max_query_bytes
 from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
@@ -52,6 +53,7 @@ def build_schema(
             partial(QueryDepthLimiter, max_depth=max_depth),
             partial(MaxTokensLimiter, max_token_count=max_tokens),
             max_query_bytes(max_bytes),
+            TextHygiene,
         ],
     )
 

@@ -1,0 +1,75 @@
+"""Refuses text that no store can keep faithfully (NUL, unpaired surrogates) before anything runs.
+
+PostgreSQL text cannot hold NUL and UTF-8 cannot encode a lone surrogate, so such input would
+otherwise fail deep in a write as an internal error. Checked once, for every operation (HTTP and
+WebSocket), over both the document's string literals and the variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from graphql import GraphQLError, StringValueNode, visit
+from graphql.language import ArgumentNode, Visitor
+from strawberry.extensions import SchemaExtension
+
+PROBLEM = "text must not contain NUL characters or unpaired surrogates"
+
+
+def storable(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def bad_variable_paths(value: Any, path: str) -> Iterator[str]:
+    if isinstance(value, str):
+        if not storable(value):
+            yield path
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str) and not storable(key):
+                yield path
+            else:
+                yield from bad_variable_paths(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from bad_variable_paths(item, f"{path}[{i}]")
+
+
+class _Literals(Visitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.arguments: list[str] = []
+        self.bad: list[str] = []
+
+    def enter_argument(self, node: ArgumentNode, *_: Any) -> None:
+        self.arguments.append(node.name.value)
+
+    def leave_argument(self, *_: Any) -> None:
+        self.arguments.pop()
+
+    def enter_string_value(self, node: StringValueNode, *_: Any) -> None:
+        if not storable(node.value):
+            self.bad.append(self.arguments[-1] if self.arguments else "document")
+
+
+class TextHygiene(SchemaExtension):
+    def on_validate(self) -> Iterator[None]:
+        ctx = self.execution_context
+        bad = list(bad_variable_paths(ctx.variables or {}, "$"))
+        if ctx.graphql_document is not None:
+            literals = _Literals()
+            visit(ctx.graphql_document, literals)
+            bad += literals.bad
+        if bad:
+            # Set before validation runs: the operation then ends with this error and executes nothing.
+            ctx.pre_execution_errors = [
+                GraphQLError(f"{where}: {PROBLEM}", extensions={"code": "BAD_USER_INPUT"}) for where in bad
+            ]
+        yield
