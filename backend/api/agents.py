@@ -9,6 +9,7 @@ from strawberry.types import Info
 
 from backend.api.access import require_session_agent
 from backend.api.context import Context
+from backend.domain.errors import NotFound
 
 
 @strawberry.type
@@ -28,8 +29,10 @@ class AgentSubscriptions:
     async def agent_prompts(
         self, info: Info[Context, None], session_id: strawberry.ID
     ) -> AsyncGenerator[PromptDispatch, None]:
-        require_session_agent(info.context.principal, str(session_id))
-        await info.context.services.reads.session(str(session_id))
+        principal = info.context.principal
+        # Unknown and inaccessible sessions get the same NotFound; readers of the task get Forbidden.
+        session = await info.context.services.reads.session(str(session_id))
+        require_session_agent(principal, session.id, session.task_id)
         async with info.context.services.prompts.hold(str(session_id)) as prompts:
             async for request in prompts:
                 yield PromptDispatch(
@@ -48,8 +51,13 @@ class AgentMutations:
     async def acknowledge_prompt(
         self, info: Info[Context, None], turn_id: strawberry.ID, accepted: bool
     ) -> bool:
+        principal = info.context.principal
         turn = await info.context.services.reads.turn(str(turn_id))
-        require_session_agent(info.context.principal, turn.session_id)
+        session = await info.context.services.reads.session(turn.session_id)
+        try:
+            require_session_agent(principal, session.id, session.task_id)
+        except NotFound:
+            raise NotFound("turn", str(turn_id)) from None
         # An acknowledgement publishes no event, yet it is agent activity for the watchdog.
         info.context.services.watchdogs.note_activity(turn.session_id, "acknowledgePrompt")
         return await info.context.services.prompts.acknowledge(str(turn_id), accepted)

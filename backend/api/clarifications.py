@@ -279,7 +279,10 @@ class ClarificationSubscriptions:
         context: str | None = None,
         timeout_seconds: float | None = None,
     ) -> AsyncGenerator[ClarificationOutcome, None]:
-        require_session_agent(info.context.principal, str(session_id))
+        principal = info.context.principal
+        # Unknown and inaccessible sessions get the same NotFound; readers of the task get Forbidden.
+        session = await info.context.services.reads.session(str(session_id))
+        require_session_agent(principal, session.id, session.task_id)
         stream = info.context.services.clarifications.ask(
             str(session_id), [_question_dict(q) for q in questions], context, timeout_seconds
         )

@@ -28,6 +28,7 @@ from tests.api.gql import (
     running_session,
     token_for,
 )
+from tests.api.test_clarification_api import ASK, QUESTION
 from tests.servers import ADMIN_TOKEN, Server, fresh_database
 
 ROLES = ("admin", "support", "user", "agent", "none")
@@ -43,6 +44,7 @@ class World:
     turn: str
     message: str
     user: str  # the user id of the admin-created target user (for grant/token operations)
+    pending: str = "none"  # a detached (or, for cancel, live) question of the target session
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +67,15 @@ async def people(matrix_server: Server) -> AsyncIterator[dict[str, str]]:
     yield {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
 
 
+async def detached_question(admin: Client, session_id: str) -> str:
+    async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.05}) as sub:
+        pending_id = str((await sub.next())["askClarification"]["bundle"]["pendingId"])
+        assert (await sub.next())["askClarification"]["__typename"] == "ClarificationDetached"
+    return pending_id
+
+
 async def build_world(
-    admin: Client, people: dict[str, str], role: str, scope: str
+    admin: Client, people: dict[str, str], role: str, scope: str, op: str = ""
 ) -> tuple[World, str | None]:
     """A fresh target and the caller's token (an agent token is bound to the target's session if own)."""
     task_id, session_id = await running_session(admin, title=f"{role}-{scope}")
@@ -78,6 +87,8 @@ async def build_world(
         "createUser"
     ]["id"]
     world = World(task_id, session_id, turn, message, target_user)
+    if op in NEEDS_DETACHED_QUESTION:
+        world.pending = await detached_question(admin, session_id)
     token: str | None
     if role == "admin":
         token = ADMIN_TOKEN
@@ -167,7 +178,39 @@ OPS: dict[str, tuple[str, str, Any]] = {
     "pendingActionChanged": ("subscribe", PROJECTIONS, lambda w: {"t": w.task}),
     "sessionEvents": ("subscribe", SESSION_EVENTS, lambda w: {"s": w.session}),
     "taskSummaryChanged": ("summaries", SUMMARIES, lambda w: {}),
+    "clarification": (
+        "nullable",
+        "query($p: ID!) { clarification(pendingId: $p) { pendingId } }",
+        lambda w: {"p": w.pending},
+    ),
+    "respondToClarification": (
+        "answer",
+        "mutation($p: ID!) { respondToClarification(pendingId: $p, rejected: true) { __typename } }",
+        lambda w: {"p": w.pending},
+    ),
+    "advanceTask": (
+        "answer",
+        'mutation($t: ID!) { advanceTask(taskId: $t, toStep: "review") { __typename } }',
+        lambda w: {"t": w.task},
+    ),
+    "cancelClarification": (
+        "cancel",
+        "mutation($p: ID!) { cancelClarification(pendingId: $p) }",
+        lambda w: {"p": w.pending},
+    ),
+    "askClarification": ("subscribe-agent", ASK, lambda w: {"s": w.session, "q": [QUESTION], "t": 5}),
+    "agentPrompts": (
+        "hold",
+        "subscription($s: ID!) { agentPrompts(sessionId: $s) { turnId } }",
+        lambda w: {"s": w.session},
+    ),
+    "acknowledgePrompt": (
+        "agent",
+        "mutation($t: ID!) { acknowledgePrompt(turnId: $t, accepted: true) }",
+        lambda w: {"t": w.turn},
+    ),
 }
+NEEDS_DETACHED_QUESTION = {"clarification", "respondToClarification"}
 
 
 def can_read(role: str, scope: str) -> bool:
@@ -183,6 +226,14 @@ def expected(op: str, role: str, scope: str) -> str:
         return "ok" if can_read(role, scope) else "hidden"
     if kind in ("read", "subscribe"):
         return "ok" if can_read(role, scope) else "NOT_FOUND"
+    if kind == "answer":
+        if not can_read(role, scope):
+            return "NOT_FOUND"
+        return "ok" if role in ("admin", "user") else "FORBIDDEN"
+    if kind == "cancel":
+        # Only the waiting agent (or an admin) withdraws a question; for anyone else it is simply
+        # not cancellable: false, with no hint whether it exists.
+        return "true" if role == "admin" or (role == "agent" and scope == "own") else "false"
     if kind == "admin":
         return "ok" if role == "admin" else "FORBIDDEN"
     # agent operations: the admin, or the agent in its own session; readers are told no, others see nothing
@@ -197,7 +248,7 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
     client = Client(srv.base_url, token)
     document = document.replace("UNIQUE", uuid.uuid4().hex[:8])
     try:
-        if kind in ("subscribe", "summaries"):
+        if kind in ("subscribe", "summaries", "subscribe-agent", "hold"):
             try:
                 async with client.subscribe(document, variables(world)) as sub:
                     if op == "sessionEvents":
@@ -219,7 +270,7 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
             if kind == "summaries":
                 listed = {s["taskSummaryChanged"]["taskId"] for s in seen}
                 return ("ok" if world.task in listed else "hidden"), ""
-            return ("ok" if seen else "silent"), ""
+            return ("ok" if seen or kind == "hold" else "silent"), ""
         response = await client.raw(document, variables(world))
         if response.status_code == 401:
             return "UNAUTHENTICATED", ""
@@ -230,7 +281,9 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
         if kind == "list":
             return ("ok" if world.task in {t["id"] for t in data["tasks"]} else "hidden"), ""
         if kind == "nullable":
-            return ("ok" if data["task"] is not None else "hidden"), ""
+            return ("ok" if next(iter(data.values())) is not None else "hidden"), ""
+        if kind == "cancel":
+            return str(data["cancelClarification"]).lower(), ""
         return "ok", ""
     finally:
         await client.aclose()
@@ -244,19 +297,29 @@ async def test_access_matrix(
 ) -> None:
     admin = Client(matrix_server.base_url, ADMIN_TOKEN)
     try:
-        world, token = await build_world(admin, people, role, scope)
+        world, token = await build_world(admin, people, role, scope, op)
+        if op == "cancelClarification":
+            # A question its agent still waits on: the only kind that can be cancelled.
+            async with admin.subscribe(ASK, {"s": world.session, "q": [QUESTION], "t": 30}) as waiting:
+                world.pending = str((await waiting.next())["askClarification"]["bundle"]["pendingId"])
+                got, message = await outcome(matrix_server, token, op, world)
+        else:
+            got, message = await outcome(matrix_server, token, op, world)
     finally:
         await admin.aclose()
-    got, message = await outcome(matrix_server, token, op, world)
     assert got == expected(op, role, scope)
     if got == "NOT_FOUND":
         # Indistinguishable from absence: the same words an unknown id gets, naming only what was asked.
-        ghost = World(*(f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(4)), user=world.user)
+        ghost = World(
+            *(f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(4)),
+            user=world.user,
+            pending=f"ghost-{uuid.uuid4().hex[:6]}",
+        )
         ghost_outcome, ghost_message = await outcome(matrix_server, token, op, ghost)
         assert ghost_outcome == "NOT_FOUND"
         for real, fake in zip(
-            (world.task, world.session, world.turn, world.message),
-            (ghost.task, ghost.session, ghost.turn, ghost.message),
+            (world.task, world.session, world.turn, world.message, world.pending),
+            (ghost.task, ghost.session, ghost.turn, ghost.message, ghost.pending),
             strict=True,
         ):
             message = message.replace(real, "ID")
