@@ -12,12 +12,12 @@ from backend.api.access import require_session_agent, require_task_answer, requi
 from backend.api.context import Context
 from backend.api.types import (
     ClarificationBundle,
-    ClarificationStatus,
-    ConflictReason,
     Task,
 )
 from backend.domain import lifecycle as lc
 from backend.domain.errors import NotFound
+from backend.domain.lifecycle import ConflictReason
+from backend.domain.states import ClarificationStatus
 from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
     if isinstance(r, lc.Conflict):
         return ClarificationConflict(
             pending_id=strawberry.ID(r.pending_id),
-            reason=ConflictReason(r.reason.value),
+            reason=r.reason,
             bundle=None if r.bundle is None else ClarificationBundle.of(r.bundle),
         )
     return ClarificationDeliveryFailed(

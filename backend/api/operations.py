@@ -7,9 +7,9 @@ from strawberry.types import Info
 
 from backend.api import access
 from backend.api.context import Context
-from backend.api.types import Message, SessionState, Task, TaskSession, Turn
+from backend.api.types import Message, Task, TaskSession, Turn
 from backend.domain.errors import NotFound
-from backend.domain.states import SessionState as DomainSessionState
+from backend.domain.states import SessionState
 
 FAULT_TASKS = "api.tasks"
 
@@ -116,9 +116,7 @@ class OperationMutations:
         self, info: Info[Context, None], session_id: strawberry.ID, state: SessionState
     ) -> TaskSession:
         access.require_admin(info.context.principal)
-        record = await info.context.services.operations.set_session_state(
-            str(session_id), DomainSessionState(state.value)
-        )
+        record = await info.context.services.operations.set_session_state(str(session_id), state)
         return TaskSession(record=record)
 
     @strawberry.mutation

@@ -11,7 +11,8 @@ from strawberry.types import Info
 
 from backend.api.context import Context
 from backend.domain import clarification as cq
-from backend.domain.lifecycle import Bundle
+from backend.domain.lifecycle import Bundle, ConflictReason
+from backend.domain.lifecycle import BundleState as ClarificationBundleState
 from backend.domain.records import (
     MessageRecord,
     Revision,
@@ -21,48 +22,14 @@ from backend.domain.records import (
     TaskRecord,
     TurnRecord,
 )
+from backend.domain.states import ClarificationStatus, PendingActionKind, SessionState
 
-
-@strawberry.enum
-class PendingActionKind(enum.Enum):
-    CLARIFICATION = "clarification"
-    PERMISSION = "permission"
-
-
-@strawberry.enum
-class SessionState(enum.Enum):
-    CREATED = "CREATED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    WAITING_FOR_INPUT = "WAITING_FOR_INPUT"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-
-@strawberry.enum
-class ClarificationStatus(enum.Enum):
-    PENDING = "pending"
-    ANSWERED = "answered"
-    REJECTED = "rejected"
-    CANCELLED = "cancelled"
-    EXPIRED = "expired"
-
-
-@strawberry.enum
-class ClarificationBundleState(enum.Enum):
-    ACTIVE_LIVE = "active_live"
-    ACTIVE_DETACHED = "active_detached"
-    DELIVERY_CLAIMED = "delivery_claimed"
-    TERMINAL = "terminal"
-    SUPERSEDED_HISTORY = "superseded_history"
-
-
-@strawberry.enum
-class ConflictReason(enum.Enum):
-    SUPERSEDED = "superseded"
-    TERMINAL = "terminal"
-    DELIVERY_CLAIMED = "delivery_claimed"
+# The domain's enums are the GraphQL enums: one definition each, registered under the contract's names.
+strawberry.enum(PendingActionKind, name="PendingActionKind")
+strawberry.enum(SessionState, name="SessionState")
+strawberry.enum(ClarificationStatus, name="ClarificationStatus")
+strawberry.enum(ClarificationBundleState, name="ClarificationBundleState")
+strawberry.enum(ConflictReason, name="ConflictReason")
 
 
 @strawberry.enum
