@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from cross_web import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -58,6 +59,17 @@ class GraphQLView(GraphQL[Context, None]):
                 await response(scope, receive, send)
                 return
             scope.setdefault("state", {})["principal"] = principal
+            try:
+                response = await self.run(request)
+            except HTTPException as exc:
+                # Not a GraphQL request at all (bad JSON, a batch, a wrong method): still answer in
+                # GraphQL's shape, so every client reads errors one way.
+                body = {"errors": [{"message": exc.reason, "extensions": {"code": "BAD_REQUEST"}}]}
+                response = Response(
+                    json.dumps(body), status_code=exc.status_code, media_type="application/json"
+                )
+            await response(scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:

@@ -62,15 +62,10 @@ async def snapshot(db: Database) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def check_result(response: httpx.Response) -> dict[str, Any] | None:
-    """The response is a well-formed GraphQL result (or a 4xx for a body that is no GraphQL request at
-    all); returns the parsed body when it is a GraphQL result."""
+    """The response is a well-formed GraphQL result (a body that is no GraphQL request at all gets a
+    4xx with a GraphQL-shaped error); returns the parsed body."""
     assert response.status_code < 500, (response.status_code, response.text[:500])
-    try:
-        body = response.json()
-    except ValueError:
-        # Only a request that is not a GraphQL request (no JSON object) may get a non-JSON answer.
-        assert 400 <= response.status_code < 500, response.text[:500]
-        return None
+    body = response.json()  # every answer, even to a body that is no GraphQL request, is JSON
     assert isinstance(body, dict), body
     assert set(body) <= {"data", "errors", "extensions"} and ({"data", "errors"} & set(body)), body
     for error in body.get("errors") or []:
