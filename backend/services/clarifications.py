@@ -482,9 +482,7 @@ class Clarifications:
         async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
             try:
                 await self.hub.hand_off(bundle.waiter_instance, bundle.waiter_id, claim)
-                confirmed = await asyncio.wait_for(
-                    asyncio.shield(confirmation), self.deps.settings.live_confirmation_seconds
-                )
+                confirmed = await self._await_confirmation(confirmation, bundle.waiter_instance)
             except Exception:
                 log.warning(
                     "live delivery not confirmed",
@@ -517,6 +515,32 @@ class Clarifications:
         return DeliveryFailed(
             claim.pending_id, False, outcome.message or "the answer may have reached the agent"
         )
+
+    async def _await_confirmation(self, confirmation: asyncio.Future[bool], instance_id: str) -> bool:
+        """Wait for the waiter's verdict, at most the live-confirmation bound; but when the waiter
+        lives in another process whose heartbeat goes stale (it crashed), stop waiting at once so
+        the claim is restored instead of hanging the person who answered."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deps.settings.live_confirmation_seconds
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError
+            try:
+                return await asyncio.wait_for(
+                    asyncio.shield(confirmation), min(remaining, self.deps.settings.heartbeat_seconds)
+                )
+            except TimeoutError:
+                if not self.hub.needs_heartbeat(instance_id):
+                    continue
+            async with self.deps.db.read() as conn:
+                beats = await instances.heartbeats(conn, [instance_id])
+            if not self.hub.heartbeat_fresh(beats.get(instance_id)):
+                log.warning(
+                    "waiter process gone before confirming",
+                    extra={"event": "clarification.waiter_gone", "instance_id": instance_id},
+                )
+                return False
 
     async def _recover_claim(self, claim: Claim, after: Bundle, why: str) -> RespondOutcome:
         """Restore exactly this claim while still current; otherwise settle it. Exactly one of the

@@ -179,9 +179,11 @@ class WaiterHub:
             return False
         if instance_id == self.instance_id:
             return self.is_local_waiter(waiter_id)
-        if not self.shared_bus or heartbeat is None:
-            return False
-        return utcnow() - heartbeat < self.stale_after
+        return self.shared_bus and self.heartbeat_fresh(heartbeat)
+
+    def heartbeat_fresh(self, heartbeat: dt.datetime | None) -> bool:
+        """Another process counts as running until it misses three heartbeats."""
+        return heartbeat is not None and utcnow() - heartbeat < self.stale_after
 
     def needs_heartbeat(self, instance_id: str | None) -> bool:
         return instance_id is not None and instance_id != self.instance_id and self.shared_bus

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -221,3 +222,43 @@ async def test_a_crash_between_claim_and_confirmation_loses_no_answer_after_rest
         await client.aclose()
         crashing.kill()
         await asyncio.sleep(0)
+
+
+@pytest.fixture
+def fast_heartbeat_servers() -> Iterator[tuple[Server, Server]]:
+    broadcast = redis_url()
+    url = fresh_database("postgresql")
+    env = {"TURNWISE_HEARTBEAT_SECONDS": "0.3", "TURNWISE_LIVE_CONFIRMATION_SECONDS": "120"}
+    a = Server(url, broadcast_url=broadcast, env=env).start()
+    b = Server(url, broadcast_url=broadcast, env=env).start()
+    try:
+        yield a, b
+    finally:
+        a.kill()
+        b.stop()
+        drop_database(url)
+
+
+async def test_an_answer_to_a_waiter_whose_process_crashed_is_restored_without_waiting_out_the_bound(
+    fast_heartbeat_servers: tuple[Server, Server],
+) -> None:
+    a, b = fast_heartbeat_servers
+    agent, user = Client(a.base_url, ADMIN_TOKEN), Client(b.base_url, ADMIN_TOKEN)
+    try:
+        _, session_id = await session(user)
+        async with agent.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
+            pending_id = (await sub.next())["askClarification"]["bundle"]["pendingId"]
+            a.kill()  # the waiter's process dies without detaching anything
+            seen = (await user.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+            assert seen["state"] == "ACTIVE_LIVE"  # its heartbeat is still fresh
+            started = time.monotonic()
+            result = await respond(user, pending_id, YES)
+            waited = time.monotonic() - started
+        assert result["__typename"] == "ClarificationDeliveryFailed" and result["retryable"] is True
+        # Not a speed figure: without the heartbeat check it would wait out the 120 s bound.
+        assert waited < 60, f"the responder waited {waited:.1f}s for a dead waiter"
+        after = (await user.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+        assert after["state"] == "ACTIVE_DETACHED", "the answer stays answerable"
+    finally:
+        await agent.aclose()
+        await user.aclose()
