@@ -65,10 +65,8 @@ class OperationQueries:
         await info.context.services.reads.task(str(task_id))
         sessions, projections = await info.context.services.reads.sessions_with_pending([str(task_id)])
         for s in sessions:
-            if s.id not in projections:
-                raise LookupError(f"no projection for session {s.id}")
-            info.context.pending_by_session.prime(s.id, projections[s.id])
-        return [TaskSession(record=s) for s in sessions]
+            info.context.pending_by_session.prime(s.id, projections.get(s.id))
+        return await TaskSession.load(info, sessions)
 
     @strawberry.field(description="Visible durable turn history, ascending.")
     async def session_turns(self, info: Info[Context, None], session_id: strawberry.ID) -> list[Turn]:
@@ -109,7 +107,8 @@ class OperationMutations:
         record = await info.context.services.operations.create_session(
             str(task_id), is_primary=is_primary, input_capable=input_capable
         )
-        return TaskSession(record=record)
+        (session,) = await TaskSession.load(info, [record])
+        return session
 
     @strawberry.mutation
     async def set_session_state(
@@ -117,7 +116,8 @@ class OperationMutations:
     ) -> TaskSession:
         access.require_admin(info.context.principal)
         record = await info.context.services.operations.set_session_state(str(session_id), state)
-        return TaskSession(record=record)
+        (session,) = await TaskSession.load(info, [record])
+        return session
 
     @strawberry.mutation
     async def start_turn(

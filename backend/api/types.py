@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Sequence
 from typing import Annotated
 
 import strawberry
@@ -210,7 +211,22 @@ class Message:
 
 @strawberry.type
 class TaskSession:
+    """Built with its projection, read in the same statement as the session (or primed for it): the
+    projection fields then resolve without another await per field."""
+
     record: strawberry.Private[SessionRecord]
+    projection: strawberry.Private[SessionPending]
+
+    @classmethod
+    async def load(cls, info: Info[Context, None], records: Sequence[SessionRecord]) -> list[TaskSession]:
+        """Sessions with their projections; the request fails when any projection is missing."""
+        projections = await info.context.pending_by_session.load_many([r.id for r in records])
+        out = []
+        for record, projection in zip(records, projections, strict=True):
+            if projection is None:
+                raise LookupError(f"no projection for session {record.id}")
+            out.append(cls(record=record, projection=projection))
+        return out
 
     @strawberry.field
     def id(self) -> strawberry.ID:
@@ -236,19 +252,13 @@ class TaskSession:
     def created_at(self) -> dt.datetime:
         return self.record.created_at
 
-    async def _projection(self, info: Info[Context, None]) -> SessionPending:
-        projection = await info.context.pending_by_session.load(self.record.id)
-        if projection is None:
-            raise LookupError(f"no projection for session {self.record.id}")
-        return projection
+    @strawberry.field
+    def pending_action(self) -> PendingActionKind | None:
+        return pending_kind(self.projection.pending_action)
 
     @strawberry.field
-    async def pending_action(self, info: Info[Context, None]) -> PendingActionKind | None:
-        return pending_kind((await self._projection(info)).pending_action)
-
-    @strawberry.field
-    async def pending_action_revision(self, info: Info[Context, None]) -> PendingActionRevision:
-        return PendingActionRevision.of((await self._projection(info)).revision)
+    def pending_action_revision(self) -> PendingActionRevision:
+        return PendingActionRevision.of(self.projection.revision)
 
     @strawberry.field(description="The current-turn active bundle, or null.")
     async def active_clarification(self, info: Info[Context, None]) -> ClarificationBundle | None:
@@ -296,4 +306,4 @@ class Task:
     async def sessions(
         self, info: Info[Context, None]
     ) -> list[Annotated[TaskSession, strawberry.lazy("backend.api.types")]]:
-        return [TaskSession(record=s) for s in await self._sessions(info)]
+        return await TaskSession.load(info, await self._sessions(info))
