@@ -262,7 +262,8 @@ class ClarificationMutations:
                 reason=result.reason,
                 session_id=None if result.session_id is None else strawberry.ID(result.session_id),
             )
-        return TaskAdvanced(task=Task(record=result.task))
+        (task,) = await Task.load(info, [result.task])
+        return TaskAdvanced(task=task)
 
 
 @strawberry.type

@@ -10,7 +10,7 @@ from strawberry.dataloader import DataLoader
 from backend.api.auth import Principal
 from backend.domain.errors import Unauthenticated
 from backend.domain.lifecycle import Bundle
-from backend.domain.records import SessionPending, SessionRecord
+from backend.domain.records import SessionPending
 from backend.services.container import Services
 from backend.services.summaries import TaskView
 
@@ -22,14 +22,12 @@ class Context:
     request: Any = None
     response: Any = None
     connection_params: dict[str, Any] | None = None
-    sessions_by_task: DataLoader[str, list[SessionRecord]] = field(init=False)
     pending_by_session: DataLoader[str, SessionPending | None] = field(init=False)
     active_bundle_by_session: DataLoader[str, Bundle | None] = field(init=False)
     # Task list / boot: summaries reconciled together with the session projections they derive from.
     task_views: DataLoader[str, TaskView | None] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.sessions_by_task = DataLoader(load_fn=self._load_sessions)
         self.pending_by_session = DataLoader(load_fn=self._load_pending)
         self.active_bundle_by_session = DataLoader(load_fn=self._load_active_bundles)
         self.task_views = DataLoader(load_fn=self._load_task_views)
@@ -40,18 +38,9 @@ class Context:
             raise Unauthenticated("missing bearer token")
         return self.principal_or_none
 
-    async def _load_sessions(self, task_ids: list[str]) -> list[list[SessionRecord]]:
-        sessions, projections = await self.services.reads.sessions_with_pending(task_ids)
-        by_task: dict[str, list[SessionRecord]] = {t: [] for t in task_ids}
-        for s in sessions:
-            by_task[s.task_id].append(s)
-            self.pending_by_session.prime(s.id, projections.get(s.id))
-        return [by_task[t] for t in task_ids]
-
     async def _load_task_views(self, task_ids: list[str]) -> list[TaskView | None]:
         views = await self.services.summaries.reconcile(task_ids)
-        for task_id, view in views.items():
-            self.sessions_by_task.prime(task_id, view.sessions)
+        for view in views.values():
             for session_id, projection in view.projections.items():
                 self.pending_by_session.prime(session_id, projection)
         return [views.get(t) for t in task_ids]

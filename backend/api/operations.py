@@ -48,16 +48,18 @@ class OperationQueries:
             # Test-only seam: an unexpected failure inside a resolver, to prove it is masked.
             raise RuntimeError("injected fault with internals: password=hunter2 at /srv/secret")
         records = await info.context.services.reads.tasks(None if readable is None else sorted(readable))
-        return [Task(record=t) for t in records]
+        return await Task.load(info, records)
 
     @strawberry.field
     async def task(self, info: Info[Context, None], id: strawberry.ID) -> Task | None:
         if not access.can_read_task(info.context.principal, str(id)):
             return None
         try:
-            return Task(record=await info.context.services.reads.task(str(id)))
+            record = await info.context.services.reads.task(str(id))
         except NotFound:
             return None
+        loaded = await Task.load(info, [record])
+        return loaded[0] if loaded else None
 
     @strawberry.field(description="Forced, authoritative load of a task's sessions with their projections.")
     async def task_sessions(self, info: Info[Context, None], task_id: strawberry.ID) -> list[TaskSession]:
@@ -93,7 +95,8 @@ class OperationMutations:
     @strawberry.mutation
     async def create_task(self, info: Info[Context, None], title: str) -> Task:
         access.require_admin(info.context.principal)
-        return Task(record=await info.context.services.operations.create_task(title))
+        (task,) = await Task.load(info, [await info.context.services.operations.create_task(title)])
+        return task
 
     @strawberry.mutation
     async def create_session(

@@ -24,6 +24,7 @@ from backend.domain.records import (
     TurnRecord,
 )
 from backend.domain.states import ClarificationStatus, PendingActionKind, SessionState
+from backend.services.summaries import TaskView
 
 # The domain's enums are the GraphQL enums: one definition each, registered under the contract's names.
 strawberry.enum(PendingActionKind, name="PendingActionKind")
@@ -269,7 +270,17 @@ class TaskSession:
 
 @strawberry.type
 class Task:
+    """Built from one reconciled view (summary, sessions and their projections read together), so a
+    task row and its sessions agree and its fields resolve without further reads."""
+
     record: strawberry.Private[TaskRecord]
+    view: strawberry.Private[TaskView]
+
+    @classmethod
+    async def load(cls, info: Info[Context, None], records: Sequence[TaskRecord]) -> list[Task]:
+        """Tasks with their reconciled views; a task that vanished meanwhile is left out."""
+        views = await info.context.task_views.load_many([r.id for r in records])
+        return [cls(record=r, view=v) for r, v in zip(records, views, strict=True) if v is not None]
 
     @strawberry.field
     def id(self) -> strawberry.ID:
@@ -284,26 +295,22 @@ class Task:
         return self.record.workflow_step
 
     @strawberry.field
-    async def primary_session_id(self, info: Info[Context, None]) -> strawberry.ID | None:
-        for s in await self._sessions(info):
+    def primary_session_id(self) -> strawberry.ID | None:
+        for s in self.view.sessions:
             if s.is_primary:
                 return strawberry.ID(s.id)
         return None
 
     @strawberry.field(description="Null tells a client to drop its cached summary.")
-    async def summary(self, info: Info[Context, None]) -> TaskStatusSummary | None:
-        view = await info.context.task_views.load(self.record.id)
-        return None if view is None or view.summary is None else TaskStatusSummary.of(view.summary)
-
-    async def _sessions(self, info: Info[Context, None]) -> list[SessionRecord]:
-        # The same read that reconciled the summary, so a task row and its sessions agree.
-        view = await info.context.task_views.load(self.record.id)
-        if view is None:
-            return await info.context.sessions_by_task.load(self.record.id)
-        return view.sessions
+    def summary(self) -> TaskStatusSummary | None:
+        return None if self.view.summary is None else TaskStatusSummary.of(self.view.summary)
 
     @strawberry.field(description="Authoritative; the request fails if projection fails.")
-    async def sessions(
-        self, info: Info[Context, None]
-    ) -> list[Annotated[TaskSession, strawberry.lazy("backend.api.types")]]:
-        return await TaskSession.load(info, await self._sessions(info))
+    def sessions(self) -> list[Annotated[TaskSession, strawberry.lazy("backend.api.types")]]:
+        out = []
+        for s in self.view.sessions:
+            projection = self.view.projections.get(s.id)
+            if projection is None:
+                raise LookupError(f"no projection for session {s.id}")
+            out.append(TaskSession(record=s, projection=projection))
+        return out
