@@ -4,7 +4,6 @@ inaccessible id reads exactly like the answer for an id that does not exist."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -251,13 +250,21 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
         if kind in ("subscribe", "summaries", "subscribe-agent", "hold"):
             try:
                 async with client.subscribe(document, variables(world)) as sub:
-                    if op == "sessionEvents":
-                        # No snapshot here: make a change so an allowed subscriber has something to see.
-                        await asyncio.sleep(0.1)
-                        admin = Client(srv.base_url, ADMIN_TOKEN)
-                        await admin.execute(POST, {"s": world.session, "c": "ping", "k": "message"})
-                        await admin.aclose()
                     seen = []
+                    if op == "sessionEvents":
+                        # No snapshot here: make changes until an allowed subscriber sees one (it may
+                        # attach a moment after the subscribe message); a denied one errors at once.
+                        admin = Client(srv.base_url, ADMIN_TOKEN)
+                        try:
+                            for _ in range(10):
+                                await admin.execute(POST, {"s": world.session, "c": "ping", "k": "message"})
+                                try:
+                                    seen.append(await sub.next(timeout=0.4))
+                                    break
+                                except TimeoutError:
+                                    continue
+                        finally:
+                            await admin.aclose()
                     try:
                         while True:
                             seen.append(await sub.next(timeout=0.4))

@@ -186,14 +186,24 @@ async def test_session_events_carry_explicit_clean_projection_and_deleted_has_no
     try:
         _, session_id = await running_session(admin)
         async with admin.subscribe(SESSION_EVENTS, {"s": session_id}) as sub:
-            posted = (await admin.execute(POST, {"s": session_id, "c": "hi", "k": "message"}))["postMessage"]
-            added = (await sub.next())["sessionEvents"]
-            assert added["kind"] == "ADDED" and added["message"]["id"] == posted["id"]
+            # No snapshot tells when the subscription is attached: post until its first event arrives.
+            posted: list[str] = []
+            for _ in range(20):
+                body = await admin.execute(POST, {"s": session_id, "c": "hi", "k": "message"})
+                posted.append(body["postMessage"]["id"])
+                try:
+                    added = (await sub.next(timeout=0.5))["sessionEvents"]
+                    break
+                except TimeoutError:
+                    continue
+            assert added["kind"] == "ADDED" and added["message"]["id"] in posted
             assert added["projection"]["pendingAction"] is None  # explicit null: clean
-            await admin.execute(DELETE, {"m": posted["id"]})
+            await admin.execute(DELETE, {"m": added["message"]["id"]})
             deleted = (await sub.next())["sessionEvents"]
-            assert deleted["kind"] == "DELETED" and deleted["message"] is None
-            assert deleted["messageId"] == posted["id"]
+            while deleted["kind"] != "DELETED":  # a late event of an earlier attempt
+                deleted = (await sub.next())["sessionEvents"]
+            assert deleted["message"] is None
+            assert deleted["messageId"] == added["message"]["id"]
     finally:
         await admin.aclose()
 
@@ -225,9 +235,22 @@ async def test_a_change_made_through_one_process_reaches_subscribers_of_the_othe
             b.subscribe(SESSION_EVENTS, {"s": session_id}) as events,
         ):
             assert (await projections.next())["pendingActionChanged"]["pendingAction"] is None
+            # sessionEvents sends no snapshot: post until one event arrives, so it is surely attached.
+            for _ in range(20):
+                await a.execute(POST, {"s": session_id, "c": "hello", "k": "message"})
+                try:
+                    await events.next(timeout=0.5)
+                    break
+                except TimeoutError:
+                    continue
             await a.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
             changed = (await projections.next())["pendingActionChanged"]
-            event = (await events.next())["sessionEvents"]
+            while changed["pendingAction"] is None:  # the warm-up messages' own (clean) changes
+                changed = (await projections.next())["pendingActionChanged"]
+            while True:
+                event = (await events.next())["sessionEvents"]
+                if event["message"] and event["message"]["content"] == "may I?":
+                    break
         assert changed["pendingAction"] == "PERMISSION"
         assert event["kind"] == "ADDED" and event["projection"]["pendingAction"] == "PERMISSION"
     finally:
