@@ -183,8 +183,9 @@ async def runner(api: Api, session_id: str) -> AsyncIterator[list[dict[str, Any]
                 await api.client.execute(ACK, {"t": dispatch["turnId"]})
 
     task = asyncio.create_task(serve())
-    # The channel is held once the server has run the subscription's first step.
-    await asyncio.sleep(0.5)
+    # The channel is held once the server has run the subscription's first step (it sends nothing
+    # to say so); leave it ample time, even on a loaded machine.
+    await asyncio.sleep(1.5)
     try:
         yield prompts
     finally:
