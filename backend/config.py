@@ -45,7 +45,6 @@ class Settings:
     persistence_seconds: float = 30.0
     dispatch_seconds: float = 30.0
     watchdog_seconds: float = 15.0
-    keepalive_seconds: float = 20.0
     # Live waiters' server instances beat this often; a remote waiter is gone after 3 missed beats.
     heartbeat_seconds: float = 5.0
     subscriptions_per_connection: int = 32
@@ -77,7 +76,6 @@ class Settings:
             persistence_seconds=_float("TURNWISE_PERSISTENCE_SECONDS", base.persistence_seconds),
             dispatch_seconds=_float("TURNWISE_DISPATCH_SECONDS", base.dispatch_seconds),
             watchdog_seconds=_float("TURNWISE_WATCHDOG_SECONDS", base.watchdog_seconds),
-            keepalive_seconds=_float("TURNWISE_KEEPALIVE_SECONDS", base.keepalive_seconds),
             heartbeat_seconds=_float("TURNWISE_HEARTBEAT_SECONDS", base.heartbeat_seconds),
             subscriptions_per_connection=_int(
                 "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION", base.subscriptions_per_connection
