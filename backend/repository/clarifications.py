@@ -50,6 +50,18 @@ def _session_live(session_id: str) -> ColumnElement[bool]:
     return exists().where(S.c.id == session_id, session_is_live(S.c.state))
 
 
+def _active_rows(session_id: str) -> tuple[ColumnElement[bool], ...]:
+    """Pending clarification rows of the session's current turn while the session is live: the one
+    rule's definition of "active", as the WHERE of every write that may only touch active rows."""
+    return (
+        M.c.session_id == session_id,
+        is_kind(M, MESSAGE_KIND_CLARIFICATION),
+        is_pending_status(M),
+        _in_current_turn(session_id),
+        _session_live(session_id),
+    )
+
+
 def _bundle_row(row: Any) -> BundleRow:
     m = row._mapping
     return BundleRow(
@@ -226,14 +238,7 @@ async def attach_waiter(
     """A new waiter takes over an active bundle: its pending current-turn rows become attached."""
     result = await conn.execute(
         update(M)
-        .where(
-            _pending_id_is(pending_id),
-            M.c.session_id == session_id,
-            is_kind(M, MESSAGE_KIND_CLARIFICATION),
-            is_pending_status(M),
-            _in_current_turn(session_id),
-            _session_live(session_id),
-        )
+        .where(_pending_id_is(pending_id), *_active_rows(session_id))
         .values(
             metadata=json_update(
                 M.c.metadata,
@@ -262,14 +267,7 @@ async def detach(
     With `waiter_id`, only rows still owned by that waiter: a waiter that lost its bundle to a newer
     waiter of the same questions must not detach it.
     """
-    conditions = [
-        M.c.session_id == session_id,
-        is_kind(M, MESSAGE_KIND_CLARIFICATION),
-        is_pending_status(M),
-        not_(json_flag(M.c.metadata, "agent_disconnected")),
-        _in_current_turn(session_id),
-        _session_live(session_id),
-    ]
+    conditions = [*_active_rows(session_id), not_(json_flag(M.c.metadata, "agent_disconnected"))]
     if pending_id is not None:
         conditions.append(_pending_id_is(pending_id))
     if waiter_id is not None:
@@ -291,14 +289,7 @@ async def close_pending(
     """Cancel (or expire) the pending current-turn rows of one bundle; other bundles are untouched."""
     result = await conn.execute(
         update(M)
-        .where(
-            _pending_id_is(pending_id),
-            M.c.session_id == session_id,
-            is_kind(M, MESSAGE_KIND_CLARIFICATION),
-            is_pending_status(M),
-            _in_current_turn(session_id),
-            _session_live(session_id),
-        )
+        .where(_pending_id_is(pending_id), *_active_rows(session_id))
         .values(metadata=json_update(M.c.metadata, {"status": status.value}), updated_at=utcnow())
         .returning(M.c.id)
     )
