@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +116,19 @@ class Server:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def server_pair(
+    dialect: str, *, broadcast_url: str = "memory://", env: dict[str, str] | None = None
+) -> Iterator[tuple[Server, Server]]:
+    """Two server processes behind one fresh database, as in a scaled deployment."""
+    url = fresh_database(dialect)
+    a = Server(url, broadcast_url=broadcast_url, env=env).start()
+    b = Server(url, broadcast_url=broadcast_url, env=env).start()
+    try:
+        yield a, b
+    finally:
+        a.stop()
+        b.stop()
+        drop_database(url)

@@ -14,7 +14,7 @@ from backend import faults
 from tests.api.client import Client, GraphQLError
 from tests.api.gql import CREATE_SESSION, CREATE_TASK, START
 from tests.conftest import redis_url
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database, server_pair
 
 ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!, $t: Float) {
   askClarification(sessionId: $s, questions: $q, timeoutSeconds: $t) {
@@ -150,16 +150,8 @@ async def test_invalid_questions_are_refused_naming_the_field(
 
 @pytest.fixture
 def two_servers() -> Iterator[tuple[Server, Server]]:
-    broadcast = redis_url()
-    url = fresh_database("postgresql")
-    a = Server(url, broadcast_url=broadcast).start()
-    b = Server(url, broadcast_url=broadcast).start()
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
-        drop_database(url)
+    with server_pair("postgresql", broadcast_url=redis_url()) as pair:
+        yield pair
 
 
 async def test_answer_submitted_to_one_server_reaches_the_agent_waiting_on_another(
@@ -226,17 +218,9 @@ async def test_a_crash_between_claim_and_confirmation_loses_no_answer_after_rest
 
 @pytest.fixture
 def fast_heartbeat_servers() -> Iterator[tuple[Server, Server]]:
-    broadcast = redis_url()
-    url = fresh_database("postgresql")
     env = {"TURNWISE_HEARTBEAT_SECONDS": "0.3", "TURNWISE_LIVE_CONFIRMATION_SECONDS": "120"}
-    a = Server(url, broadcast_url=broadcast, env=env).start()
-    b = Server(url, broadcast_url=broadcast, env=env).start()
-    try:
-        yield a, b
-    finally:
-        a.kill()
-        b.stop()
-        drop_database(url)
+    with server_pair("postgresql", broadcast_url=redis_url(), env=env) as pair:
+        yield pair
 
 
 async def test_an_answer_to_a_waiter_whose_process_crashed_is_restored_without_waiting_out_the_bound(

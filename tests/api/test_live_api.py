@@ -29,7 +29,7 @@ from tests.api.gql import (
     running_session,
 )
 from tests.conftest import redis_url
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.servers import ADMIN_TOKEN, Server, fresh_database, server_pair
 
 
 class ClientState:
@@ -212,16 +212,8 @@ async def test_session_events_carry_explicit_clean_projection_and_deleted_has_no
 def redis_pair(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Server]]:
     bus = redis_url()
     request.getfixturevalue("pg_url")
-    url = fresh_database("postgresql")
-    channel_db = f"{bus.rsplit('/', 1)[0]}/0"
-    a = Server(url, broadcast_url=channel_db).start()
-    b = Server(url, broadcast_url=channel_db).start()
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
-        drop_database(url)
+    with server_pair("postgresql", broadcast_url=f"{bus.rsplit('/', 1)[0]}/0") as pair:
+        yield pair
 
 
 async def test_a_change_made_through_one_process_reaches_subscribers_of_the_other(

@@ -24,7 +24,7 @@ from tests.api.gql import (
     revision_key,
     running_session,
 )
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database, server_pair
 
 
 async def write_db(url: str, statement: object) -> None:
@@ -56,14 +56,8 @@ def two_servers(request: pytest.FixtureRequest) -> Iterator[tuple[Server, Server
     """Two processes behind one database, as in a scaled deployment."""
     if request.param == "postgresql":
         request.getfixturevalue("pg_url")
-    url = fresh_database(request.param)
-    a, b = Server(url).start(), Server(url).start()
-    try:
-        yield a, b
-    finally:
-        a.stop()
-        b.stop()
-        drop_database(url)
+    with server_pair(request.param) as pair:
+        yield pair
 
 
 async def test_a_client_alternating_between_two_processes_never_sees_an_older_revision(
