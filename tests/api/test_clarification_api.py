@@ -175,13 +175,16 @@ async def test_answer_submitted_to_one_server_reaches_the_agent_waiting_on_anoth
         await user.aclose()
 
 
-@pytest.fixture
-def crash_db() -> Iterator[str]:
-    url = fresh_database("sqlite")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def crash_db(request: pytest.FixtureRequest) -> Iterator[str]:
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")  # skips or fails when PostgreSQL is unreachable
+    url = fresh_database(request.param)
     yield url
     drop_database(url)
 
 
+@pytest.mark.scenario("S21")
 async def test_a_crash_between_claim_and_confirmation_loses_no_answer_after_restart(crash_db: str) -> None:
     url = crash_db
     crashing = Server(url, env={"TURNWISE_FAULT_POINTS": "after_claim"}).start()

@@ -14,8 +14,10 @@ import httpx
 import pytest
 
 from backend import faults
+from backend.db.engine import Database
 from tests.api.client import Client
 from tests.api.test_clarification_api import ASK, CLARIFICATION, QUESTION, YES, respond, session
+from tests.lifecycle.support import rows
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
 
 TURNS = "query($s: ID!) { sessionTurns(sessionId: $s) { id } }"
@@ -130,3 +132,57 @@ async def test_a_crash_during_startup_recovery_is_retried_by_the_next_start(cras
     finally:
         await client.aclose()
         restarted.stop()
+
+
+@pytest.mark.scenario("S21")
+async def test_a_crash_after_claiming_a_detached_answer_restores_exactly_its_rows_and_the_same_answer_resumes(
+    crash_db: str,
+) -> None:
+    log = Path(tempfile.mkdtemp(prefix="turnwise-exec-")) / "dispatch.jsonl"
+    db = Database(crash_db)
+    server = Server(crash_db, env=resume_env(log, "after_claim")).start()
+    client = Client(server.base_url, ADMIN_TOKEN)
+    try:
+        _, session_id = await session(client)
+        pending_id = await detached(client, session_id)
+        # A bystander: another session's detached question that nobody answers.
+        _, other_session = await session(client)
+        other = await detached(client, other_session)
+        bystander = await rows(db, other)
+        before = await rows(db, pending_id)
+        with pytest.raises(httpx.HTTPError):
+            await respond(client, pending_id, YES)  # dies after the claim, before the resumer sees it
+        assert server.proc is not None
+        assert server.proc.wait(10) == faults.CRASH_EXIT_CODE, server.log()
+        stranded = await rows(db, pending_id)
+        assert stranded[0]["status"] == "answered"
+        assert stranded[0]["response_delivery_pending"]
+    finally:
+        await client.aclose()
+        server.kill()
+    assert dispatched(log) == []
+    restarted = Server(crash_db, env=resume_env(log)).start()
+    client = Client(restarted.base_url, ADMIN_TOKEN)
+    try:
+        # Startup restored exactly the claimed rows to what they were before the claim.
+        assert await rows(db, pending_id) == before
+        assert await rows(db, other) == bystander
+        bundle = (await client.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+        assert bundle["state"] == "ACTIVE_DETACHED"
+        assert [(q["status"], q["response"]) for q in bundle["questions"]] == [("PENDING", None)]
+        assert len((await client.execute(TURNS, {"s": session_id}))["sessionTurns"]) == 1
+        # The same answer submitted again resumes the agent, once.
+        again = await respond(client, pending_id, YES)
+        assert again["__typename"] == "ClarificationResponded"
+        assert again["resumed"] is True
+        assert again["bundle"]["state"] == "TERMINAL"
+        turns = [t["id"] for t in (await client.execute(TURNS, {"s": session_id}))["sessionTurns"]]
+        assert len(turns) == 2
+        sent = dispatched(log)
+        assert len(sent) == 1
+        assert sent[0]["turn_id"] == turns[1]
+        assert (await rows(db, other)) == bystander
+    finally:
+        await client.aclose()
+        restarted.stop()
+        await db.dispose()
