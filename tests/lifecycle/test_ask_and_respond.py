@@ -101,16 +101,44 @@ async def test_identical_questions_asked_again_while_active_reuse_the_bundle(db:
             await a.close()
 
 
-async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(db: Database) -> None:
+@pytest.mark.scenario("S22")
+async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, questions(2))
-        agent.wait()
+        order: list[str] = []
+        agent.wait().add_done_callback(lambda _: order.append("agent received the answer"))
+        # Hold the waiter's confirmation write until the test lets it go.
+        entered, release = asyncio.Event(), asyncio.Event()
+        finalize = svc.clarifications._finalize
+
+        async def held(claim: lc.Claim) -> list[lc.BundleRow]:
+            entered.set()
+            await release.wait()
+            settled = await finalize(claim)
+            order.append("confirmation committed")
+            return settled
+
+        monkeypatch.setattr(svc.clarifications, "_finalize", held)
         answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")]
-        result = await svc.clarifications.respond(agent.pending_id, answers, rejected=False)
-        assert isinstance(result, lc.Responded) and result.resumed is False
+        responding = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, answers, rejected=False)
+        )
+        await asyncio.wait_for(entered.wait(), 10)  # the hand-off reached the waiter
+        claimed = await rows(db, agent.pending_id)
+        assert {r["status"] for r in claimed} == {"answered"}
+        assert all(r.get("response_delivery_pending") for r in claimed)
+        await asyncio.sleep(0.1)  # the waiter holds the answer: it was enqueued, not confirmed
+        assert order == []
+        release.set()
+        result = await responding
+        assert isinstance(result, lc.Responded)
+        assert result.resumed is False
         assert result.bundle.state == BundleState.TERMINAL
         outcome = await agent.outcome()
+        assert order == ["confirmation committed", "agent received the answer"]
         assert isinstance(outcome, lc.Answered)
         assert {a.question_id: (a.selected_option_ids, a.custom_text) for a in outcome.answers} == {
             "q1": (("q1_opt2",), None),
