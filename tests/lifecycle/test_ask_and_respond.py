@@ -11,8 +11,6 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
-from backend.repository import clarifications as repo
-from backend.repository import locks
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import (
     QUESTION,
@@ -26,6 +24,7 @@ from tests.lifecycle.support import (
     running,
     yes,
 )
+from tests.resume.support import resuming, turn_rows
 
 
 async def test_ask_writes_one_row_per_question_sharing_a_new_pending_id_in_the_current_turn(
@@ -225,45 +224,44 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         await agent.close()
 
 
+@pytest.mark.scenario("S16")
 async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_question_answerable(
     db: Database,
 ) -> None:
-    async with running(db) as svc:
+    # The real resume path (orchestrator, reservation, dispatch) with an executor that refuses once.
+    async with resuming(db, ["rejected", "accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
+        before = await turn_rows(db, session_id)
         async with recording(svc) as log:
             result = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(result, lc.DeliveryFailed) and result.retryable is True
+        assert isinstance(result, lc.DeliveryFailed)
+        assert result.retryable is True
         bundle = await svc.clarifications.bundle(agent.pending_id)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"pending"}
         assert not any("response" in r or "response_delivery_pending" in r for r in stored)
         # The restored rows are published so other clients converge.
         assert log.kinds("message.updated") == [stored[0]["id"]]
-        # A retry goes through the seam again and succeeds exactly once.
-        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-
-        async def accept(claim: lc.Claim) -> ResumeOutcome:
-            async with db.write() as conn:
-                await locks.lock_sessions(conn, [claim.session_id])
-                await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
-            return await ScriptedResumer.resume(resumer, claim)
-
-        resumer.resume = accept  # type: ignore[method-assign]
-        svc.clarifications.resumer = resumer
+        # The refused dispatch left no turn behind to supersede the bundle.
+        assert await turn_rows(db, session_id) == before
+        # A retry goes through the same seam and the agent gets exactly one accepted resume request.
         retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(retry, lc.Responded) and retry.resumed is True
-        assert len(resumer.claims) == 1
-        claim = resumer.claims[0]
-        assert (claim.pending_id, claim.session_id, claim.turn_id) == (
-            agent.pending_id,
-            session_id,
-            agent.bundle.turn_id if agent.bundle else None,
-        )
-        assert claim.message_ids == (stored[0]["id"],)
-        assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}
+        assert isinstance(retry, lc.Responded)
+        assert retry.resumed is True
+        refused, accepted = executor.received
+        assert refused.turn_id != accepted.turn_id
+        assert accepted.pending_id == agent.pending_id
+        assert "Which database?" in accepted.prompt
+        turns_now = await turn_rows(db, session_id)
+        assert [t["id"] for t in turns_now] == [before[0]["id"], accepted.turn_id]
+        assert not any(k.startswith("prompt_dispatch_") for k in turns_now[1]["metadata"])
+        answered = await rows(db, agent.pending_id)
+        assert [(r["id"], r["status"]) for r in answered] == [(stored[0]["id"], "answered")]
+        assert "response_delivery_pending" not in answered[0]
         await agent.close()
 
 
