@@ -13,6 +13,7 @@ from backend.repository import clarifications as repo
 from backend.repository import locks
 from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced
 from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
+from tests.resume.support import resuming
 
 
 async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db: Database) -> None:
@@ -81,7 +82,7 @@ async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while
 
 
 async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None:
-    async with running(db) as svc:
+    async with resuming(db, ["accepted"]) as (svc, executor):
         for _ in range(5):
             _, session_id = await new_session(svc)
             agent = await Agent.ask(svc, session_id)
@@ -91,13 +92,20 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
                     svc.clarifications.detach_session(session_id),
                     svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False),
                 )
+            # Whichever came first, the answer is kept and reaches the agent exactly once.
+            assert isinstance(result, lc.Responded)
             stored = await rows(db, agent.pending_id)
-            if isinstance(result, lc.Responded):
-                assert stored[0]["status"] == "answered"
-                assert isinstance(await agent.outcome(), lc.Answered)
-            else:  # the detach came first: the answer took the (not yet wired) detached path
-                assert isinstance(result, lc.DeliveryFailed) and result.retryable
-                assert stored[0]["status"] == "pending" and stored[0]["agent_disconnected"] is True
+            assert stored[0]["status"] == "answered"
+            assert "response_delivery_pending" not in stored[0]
+            resumes = [r for r in executor.received if r.pending_id == agent.pending_id]
+            outcome = await agent.outcome()
+            if result.resumed:  # the detach came first: the answer took the detached (resume) path
+                assert len(resumes) == 1
+                assert stored[0]["agent_disconnected"] is True
+                assert isinstance(outcome, lc.Detached | lc.Closed)
+            else:  # the live hand-off came first: the waiter has it, nothing is resumed
+                assert resumes == []
+                assert isinstance(outcome, lc.Answered)
             # Only rows the detach really changed were published as detached.
             assert detached in (0, 1)
             assert log.kinds("message.updated").count(stored[0]["id"]) <= 2
@@ -150,7 +158,7 @@ async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Datab
 
 
 async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_ones(db: Database) -> None:
-    async with running(db, live_confirmation_seconds=0.3) as svc:
+    async with resuming(db, ["accepted"], live_confirmation_seconds=0.3) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, questions(2))
         bundle = agent.bundle
@@ -173,10 +181,17 @@ async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_on
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable  # nobody consumed the hand-off
         after = await rows(db, agent.pending_id)
         assert after[0] == before_q1 and after[1]["status"] == "pending"
-        agent.wait()
+        # Detached now: the retry resumes the agent with the pending sibling only.
         ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False)
-        assert isinstance(ok, lc.DeliveryFailed)  # detached now; the resume seam is not wired
-        assert (await rows(db, agent.pending_id))[0] == before_q1
+        assert isinstance(ok, lc.Responded)
+        assert ok.resumed is True
+        (request,) = executor.received
+        assert "Question 2?" in request.prompt
+        assert "Question 1?" not in request.prompt
+        final = await rows(db, agent.pending_id)
+        assert final[0] == before_q1
+        assert final[1]["status"] == "answered"
+        assert "response_delivery_pending" not in final[1]
         await agent.close()
 
 
