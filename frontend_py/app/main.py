@@ -92,6 +92,7 @@ class App:
         self.phone = bool(self.media.matches)
         self.drawer_open = False
         self.controller = self._mount_controller()
+        self.activations = 0
         self.bundles: dict[str, dict[str, Any]] = {}
         # The card's draft belongs to one bundle; a new bundle starts a clean draft.
         self.card_pending: str | None = None
@@ -157,6 +158,14 @@ class App:
         return ActivationController(
             self.store, self.load_sessions, _SheetNavigator(self), closes_sheet=self.phone
         )
+
+    async def _activate(self, controller: ActivationController, task_id: str) -> None:
+        result = await controller.activate(task_id)
+        # Every finished activation is counted on the page, a stale one included, so its end is visible.
+        self.activations += 1
+        root = document.documentElement
+        root.setAttribute("data-activations", str(self.activations))
+        root.setAttribute("data-last-activation", result)
 
     def _apply_layout(self) -> None:
         phone = bool(self.media.matches)
@@ -377,7 +386,7 @@ class App:
         if action == "task":
             task_id = _attr(target, "data-task-id")
             if task_id:
-                _spawn(self.controller.activate(task_id))
+                _spawn(self._activate(self.controller, task_id))
         elif action == "tab":
             task_id = _attr(target, "data-task-id")
             session_id = _attr(target, "data-session-id")

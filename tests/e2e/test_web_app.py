@@ -16,6 +16,7 @@ from tests.e2e.webapp import (
     Held,
     Network,
     activate,
+    activations_finished,
     open_app,
     path_of,
     question,
@@ -151,6 +152,7 @@ async def test_stale_owner_choice_is_discarded_when_the_summary_changes_mid_load
     await _no_outside_requests(network)
 
 
+@pytest.mark.scenario("S12")
 async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
     page: Any, web_server: Server, api: Api
 ) -> None:
@@ -168,7 +170,10 @@ async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
     await expect(_card(page)).to_contain_text("Second question?")
     held.release()
-    await asyncio.sleep(0.5)
+    # Both activations ended, the older one included, and its held response was handed over.
+    await activations_finished(page, 2)
+    await asyncio.wait_for(held.done.wait(), 10)
+    assert len(held.delivered) == 1
     assert path_of(page) == f"/t/{task_id}/s/{primary}"
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
     await expect(page.get_by_test_id(f"session-tab-{secondary}").locator(".tab-dot")).to_have_count(0)
@@ -177,6 +182,7 @@ async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
     await _no_outside_requests(network)
 
 
+@pytest.mark.scenario("S13")
 async def test_a_load_from_an_unmounted_phone_sheet_cannot_navigate_after_a_layout_change(
     page: Any, web_server: Server, api: Api
 ) -> None:
@@ -190,7 +196,10 @@ async def test_a_load_from_an_unmounted_phone_sheet_cannot_navigate_after_a_layo
     await page.set_viewport_size(DESKTOP)
     await expect(page.get_by_test_id("task-sidebar")).to_be_visible()
     held.release()
-    await asyncio.sleep(0.5)
+    # The unmounted sheet's activation ended inert, and its held response was handed over.
+    assert await activations_finished(page, 1) == "inert"
+    await asyncio.wait_for(held.done.wait(), 10)
+    assert len(held.delivered) == 1
     assert path_of(page) == "/"
     await expect(_card(page)).to_have_count(0)
     await agent.disconnect()

@@ -220,6 +220,7 @@ class Held:
         self.seen = asyncio.Event()
         self.released = asyncio.Event()
         self.delivered: list[bool] = []
+        self.done = asyncio.Event()  # the held response was handed to the page (or the page gave up)
 
     async def handle(self, route: Any) -> None:
         body = route.request.post_data or ""
@@ -235,6 +236,8 @@ class Held:
             self.delivered.append(True)
         except Exception:  # the page aborted the request meanwhile
             self.delivered.append(False)
+        finally:
+            self.done.set()
 
     def release(self) -> None:
         self.released.set()
@@ -256,6 +259,12 @@ async def activate(page: Any, task_id: str, *, phone: bool) -> None:
         await page.get_by_test_id("task-drawer-toggle").click()
         await page.get_by_test_id("task-drawer").wait_for(state="visible")
     await page.get_by_test_id(f"task-row-{task_id}").click()
+
+
+async def activations_finished(page: Any, count: int) -> str:
+    """Wait until ``count`` task activations have ended (stale ones too); the last one's result."""
+    await page.wait_for_selector(f'html[data-activations="{count}"]', state="attached")
+    return str(await page.get_attribute("html", "data-last-activation"))
 
 
 def path_of(page: Any) -> str:
