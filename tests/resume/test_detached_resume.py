@@ -76,8 +76,13 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         executor.outcomes = ["accepted"]
         retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
         assert isinstance(retry, lc.Responded) and retry.resumed is True
-        accepted = [r for r in executor.received if r.turn_id == (await turn_rows(db, session_id))[-1]["id"]]
-        assert len(accepted) == 1 and len(await turn_rows(db, session_id)) == 2
+        # The durable record, not the script: the refused turn is gone, the accepted one is current.
+        refused, accepted = executor.received if refusal == "rejected" else (None, *executor.received)
+        stored = [t["id"] for t in await turn_rows(db, session_id)]
+        assert stored == [before[0]["id"], accepted.turn_id]
+        assert refused is None or refused.turn_id not in stored
+        async with db.read() as conn:
+            assert await turns.current_turn(conn, session_id) == accepted.turn_id
         await agent.close()
 
 
