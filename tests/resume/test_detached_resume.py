@@ -21,6 +21,7 @@ from tests.resume.support import (
     resuming,
     turn_rows,
 )
+from tests.resume.test_stale_ready_events import Watching
 
 
 async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publishes_a_clean_successor(
@@ -252,11 +253,12 @@ async def _overlapping_ready_event(
         predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
         respond = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
         await asyncio.wait_for(gate.started.wait(), 5)
+        assert svc.operations.reservations is not None
+        watching = svc.operations.reservations = Watching(svc.operations.reservations)
         ready = asyncio.create_task(
             svc.operations.complete_turn(predecessor, predecessor if generation == "own" else generation)
         )
-        await asyncio.sleep(0.2)
-        assert not ready.done(), "the ready event must wait for the live reservation"
+        await asyncio.wait_for(watching.waiting.wait(), 5)
         gate.release(outcome)
         await respond
         error: BaseException | None = None
@@ -264,6 +266,8 @@ async def _overlapping_ready_event(
             await ready
         except Exception as exc:
             error = exc
+        # It arrived while the dispatch was held, so it waited for the reservation's outcome.
+        assert watching.overlapped[0] is True, "the ready event must wait for the live reservation"
         stored = await turn_rows(db, session_id)
         completed = [t["id"] for t in stored if t["completed"]]
         await agent.close()
