@@ -261,15 +261,18 @@ async def test_escape_after_detach_closes_the_card_without_rejecting(
     agent = await api.ask(session_id, wait_seconds=0.3)
     assert (await agent.outcome())["__typename"] == "ClarificationDetached"
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    sent: list[str] = []
+    page.on("request", lambda request: sent.append(request.post_data or ""))
     await expect(_card(page)).to_be_visible()
     await expect(page.get_by_test_id("clarification-detached")).to_be_visible()
     await page.keyboard.press("Escape")
     await expect(_card(page)).to_have_count(0)
     await expect(page.get_by_test_id("clarification-reopen")).to_be_visible()
-    await asyncio.sleep(0.3)
-    assert (await api.bundle(agent.pending_id))["state"] == "ACTIVE_DETACHED"
     await page.reload()
+    # The reloaded page found the question still active: Escape sent nothing that rejected it.
     await expect(_card(page)).to_be_visible()
+    assert (await api.bundle(agent.pending_id))["state"] == "ACTIVE_DETACHED"
+    assert not [body for body in sent if "respondToClarification" in body]
     await expect(
         page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
     ).to_be_visible()
@@ -383,17 +386,25 @@ async def test_after_a_reconnect_the_app_resyncs_from_snapshots(
     connections: list[Any] = []
     cut = asyncio.Event()
 
+    held_back = asyncio.Event()
+
+    def forward(ws: Any, message: Any) -> None:
+        if not cut.is_set():
+            ws.send(message)
+        elif '"next"' in str(message):
+            held_back.set()  # the server published a change the page does not hear
+
     async def relay(ws: Any) -> None:
         server = ws.connect_to_server()
         connections.append(ws)
-        server.on_message(lambda message: None if cut.is_set() else ws.send(message))
+        server.on_message(lambda message: forward(ws, message))
 
     await page.route_web_socket("**/graphql", relay)
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
     await expect(page.locator(".transcript")).to_contain_text("Working on step 1.")
     cut.set()  # the page hears nothing of what happens next
     agent = await api.ask(session_id, [question("Asked while you were away?")])
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(held_back.wait(), 10)
     await expect(_card(page)).to_have_count(0)
     cut.clear()
     await connections[0].close()
