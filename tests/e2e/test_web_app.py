@@ -200,7 +200,10 @@ async def test_a_load_from_an_unmounted_phone_sheet_cannot_navigate_after_a_layo
     assert await activations_finished(page, 1) == "inert"
     await asyncio.wait_for(held.done.wait(), 10)
     assert len(held.delivered) == 1
+    # It did not navigate, select a session, or close the sheet that replaced it.
     assert path_of(page) == "/"
+    await expect(page.locator('[role="tab"][aria-selected="true"]')).to_have_count(0)
+    await expect(page.get_by_test_id("task-sidebar")).to_be_visible()
     await expect(_card(page)).to_have_count(0)
     await agent.disconnect()
     await _no_outside_requests(network)
