@@ -280,7 +280,10 @@ class Clarifications:
             if remaining <= 0:
                 break
             try:
-                notice = await asyncio.wait_for(waiter.queue.get(), remaining)
+                # Not `wait_for`: on this Python it returns the item and swallows a cancellation that
+                # lands as a notice arrives, so a disconnected agent would keep its waiter alive.
+                async with asyncio.timeout(remaining):
+                    notice = await waiter.queue.get()
             except TimeoutError:
                 break
             if notice.kind == "handoff" and notice.claim is not None:
