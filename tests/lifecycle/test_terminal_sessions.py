@@ -105,9 +105,12 @@ async def test_a_cancelled_request_detaches_in_a_finite_context_that_gives_up_wh
         async with session_lock_held(db, session_id):
             waiting.cancel()  # the transport goes away while another writer holds the session
             # The stream's cleanup detaches in a context of its own: not aborted by the
-            # cancellation, it runs until its own deadline ends it, although the lock is still held.
-            with pytest.raises(TimeoutError):
-                await waiting
+            # cancellation, it runs until its own deadline ends it, although the lock is still held
+            # (an unbounded detach would wait here for as long as the lock is held).
+            await asyncio.wait({waiting}, timeout=10)
+            assert waiting.done(), "the detach waited on the lock instead of its own deadline"
+            with pytest.raises((TimeoutError, asyncio.CancelledError)):
+                waiting.result()
         await agent.stream.aclose()
         # Nothing half-written: the detach never committed, the waiter is gone, the question is
         # answerable as a detached one.
@@ -151,8 +154,13 @@ async def test_expiry_with_the_session_lock_held_past_its_deadline_fails_and_cha
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         async with session_lock_held(db, session_id):
+            transition = asyncio.create_task(
+                svc.operations.set_session_state(session_id, SessionState.COMPLETED)
+            )
+            await asyncio.wait({transition}, timeout=10)
+            assert transition.done(), "the transition waited on the lock instead of its own deadline"
             with pytest.raises(TimeoutError):
-                await svc.operations.set_session_state(session_id, SessionState.COMPLETED)
+                transition.result()
         assert (await svc.reads.session(session_id)).state == SessionState.WAITING_FOR_INPUT.value
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
         # The session is not wedged: the same transition succeeds once the lock is free.
