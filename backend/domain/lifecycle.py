@@ -194,7 +194,12 @@ class Bundle:
 
     @property
     def pending_rows(self) -> tuple[BundleRow, ...]:
-        return tuple(r for r in self.rows if r.is_pending)
+        """Pending rows of the bundle's turn. A row with a legacy empty turn id does not mask the
+        bundle's identity, but like the SQL rule (a row is active only in the current turn) it is
+        history: counting it would keep a bundle active that no claim can ever finish."""
+        return tuple(
+            r for r in self.rows if r.is_pending and (self.turn_id is None or r.turn_id == self.turn_id)
+        )
 
     @property
     def claimed_rows(self) -> tuple[BundleRow, ...]:

@@ -49,6 +49,7 @@ from backend.domain.records import TaskRecord
 from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus, SessionState
 from backend.repository import clarifications as repo
 from backend.repository import instances, locks, tasks, turns
+from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.resume import NotWiredResumer, Resumer
@@ -94,15 +95,19 @@ class Clarifications:
     async def _bounded(self, work: Awaitable[T], seconds: float | None = None) -> T:
         """Run `work` in its own task with a deadline; a cancelled caller does not cancel it."""
         limit = self.deps.settings.persistence_seconds if seconds is None else seconds
-        task: asyncio.Task[T] = asyncio.ensure_future(asyncio.wait_for(work, limit))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return await asyncio.shield(task)
+        return await bounded(self._background, work, limit)
 
-    async def _publish(self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str]) -> None:
+    async def _publish(
+        self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str], *, strict: bool = False
+    ) -> None:
         for message_id in message_ids:
             await publish_session_change(
-                self.deps.bus, task_id=task_id, session_id=session_id, kind=kind, message_id=message_id
+                self.deps.bus,
+                task_id=task_id,
+                session_id=session_id,
+                kind=kind,
+                message_id=message_id,
+                strict=strict,
             )
 
     async def _load(self, conn: AsyncConnection, pending_id: str) -> Bundle | None:
@@ -275,7 +280,10 @@ class Clarifications:
             if remaining <= 0:
                 break
             try:
-                notice = await asyncio.wait_for(waiter.queue.get(), remaining)
+                # Not `wait_for`: on this Python it returns the item and swallows a cancellation that
+                # lands as a notice arrives, so a disconnected agent would keep its waiter alive.
+                async with asyncio.timeout(remaining):
+                    notice = await waiter.queue.get()
             except TimeoutError:
                 break
             if notice.kind == "handoff" and notice.claim is not None:
@@ -571,7 +579,12 @@ class Clarifications:
                 except Exception as exc:
                     converged = f"; task summary not yet converged ({exc})"
             # Published even when the summary acknowledgement failed: durable pending state is the truth.
-            await self._publish(claim.task_id, claim.session_id, "message.updated", restored)
+            # A failed publication is reported too; the answer stays safe to retry either way.
+            try:
+                faults.check("clarification.restore_publish")
+                await self._publish(claim.task_id, claim.session_id, "message.updated", restored, strict=True)
+            except Exception as exc:
+                converged += f"; other clients not yet told ({exc})"
             return DeliveryFailed(
                 claim.pending_id, True, f"{why}; the question is answerable again{converged}"
             )

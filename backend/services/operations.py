@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from backend.domain.errors import InvalidInput, InvalidState, StaleGeneration
 from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
 from backend.domain.states import AUTHORS, TERMINAL_SESSION_STATES, SessionState
 from backend.repository import clarifications, locks, messages, reservations, tasks, turns
+from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 
 log = logging.getLogger("turnwise.operations")
+
+T = TypeVar("T")
 
 MAX_TITLE = 500
 MAX_CONTENT = 200_000
@@ -43,6 +48,11 @@ class Operations:
     deps: Deps
     # The orchestrator: ready events wait for a live prompt reservation of their session.
     reservations: ReservationGate | None = None
+    _background: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    async def _bounded(self, work: Awaitable[T]) -> T:
+        """Run `work` in its own task with a finite deadline; a cancelled caller does not cancel it."""
+        return await bounded(self._background, work, self.deps.settings.persistence_seconds)
 
     async def create_task(self, title: str) -> TaskRecord:
         title = _text("title", title, limit=MAX_TITLE).strip()
@@ -56,6 +66,12 @@ class Operations:
             )
 
     async def set_session_state(self, session_id: str, state: SessionState) -> SessionRecord:
+        """The transition, the expiry of the current turn's pending questions and their publication
+        run in a context of their own with a finite deadline (TURNWISE_PERSISTENCE_SECONDS): a
+        cancelled request neither aborts them half way nor holds them on a lock indefinitely."""
+        return await self._bounded(self._set_session_state(session_id, state))
+
+    async def _set_session_state(self, session_id: str, state: SessionState) -> SessionRecord:
         async with self.deps.db.write() as conn:
             await locks.lock_sessions(conn, [session_id])
             session = await tasks.get_session(conn, session_id)

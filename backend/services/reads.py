@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from backend import faults
 from backend.domain.errors import InvalidInput
 from backend.domain.records import MessageRecord, SessionPending, SessionRecord, TaskRecord, TurnRecord
 from backend.repository import messages, pending, tasks, turns
 from backend.services.context import Deps
 
 MAX_PAGE = 500
+# Fault point: the pending-action derivation of a forced task-session list fails.
+FAULT_DERIVE = "pending.derive"
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Reads:
     ) -> tuple[list[SessionRecord], dict[str, SessionPending]]:
         """Sessions of many tasks and their projections: one statement whatever the count."""
         async with self.deps.db.read() as conn:
+            faults.check(FAULT_DERIVE)
             pairs = await pending.sessions_with_pending(conn, task_ids)
         sessions = [s for s, _ in pairs]
         projections = {s.id: p for s, p in pairs}

@@ -32,6 +32,7 @@ log = logging.getLogger("turnwise.summaries")
 
 SUMMARY_CHANNEL = "turnwise.summary"
 FAULT_CAS_CONFLICT = "summary.cas_conflict"
+FAULT_PUBLISH = "summary.publish"
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ class Summaries:
         # The write is committed: a failed publication is logged and clients converge on their next read.
         for summary in written:
             try:
+                if FAULT_PUBLISH in self.deps.settings.fault_points:
+                    raise RuntimeError(f"injected fault at {FAULT_PUBLISH}")
                 await self.deps.bus.publish(SUMMARY_CHANNEL, summary_event(summary))
             except Exception:
                 log.exception(

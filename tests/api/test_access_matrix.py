@@ -28,7 +28,7 @@ from tests.api.gql import (
     token_for,
 )
 from tests.api.test_clarification_api import ASK, QUESTION
-from tests.servers import ADMIN_TOKEN, Server, fresh_database
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
 
 ROLES = ("admin", "support", "user", "agent", "none")
 SCOPES = ("own", "foreign")
@@ -46,13 +46,18 @@ class World:
     pending: str = "none"  # a detached (or, for cancel, live) question of the target session
 
 
-@pytest.fixture(scope="module")
-def matrix_server() -> Iterator[Server]:
-    srv = Server(fresh_database("sqlite")).start()
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def matrix_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The whole matrix runs on both dialects: the access rules are SQL on each."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")
+    url = fresh_database(request.param)
+    srv = Server(url).start()
     try:
         yield srv
     finally:
         srv.stop()
+        drop_database(url)
 
 
 @pytest.fixture(scope="module")

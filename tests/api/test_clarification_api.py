@@ -177,8 +177,9 @@ async def test_answer_submitted_to_one_server_reaches_the_agent_waiting_on_anoth
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def crash_db(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The real kill-and-restart runs on both dialects."""
     if request.param == "postgresql":
-        request.getfixturevalue("pg_url")  # skips or fails when PostgreSQL is unreachable
+        request.getfixturevalue("pg_url")
     url = fresh_database(request.param)
     yield url
     drop_database(url)

@@ -161,14 +161,18 @@ async def test_stale_summary_is_repaired_on_the_task_list_with_unrelated_fields_
         await admin.aclose()
 
 
-@pytest.fixture(scope="module")
-def faulty_server() -> Iterator[Server]:
-    url = fresh_database("sqlite")
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def faulty_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The summary fault tests run on both dialects."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")
+    url = fresh_database(request.param)
     srv = Server(url, env={"TURNWISE_FAULT_POINTS": "summary.cas_conflict,api.tasks"}).start()
     try:
         yield srv
     finally:
         srv.stop()
+        drop_database(url)
 
 
 async def test_summary_repair_failure_returns_null_summary_for_that_task(faulty_server: Server) -> None:

@@ -40,8 +40,28 @@ def _start(dialect: str) -> Iterator[Server]:
         drop_database(url)
 
 
+# Web app scenarios that run on PostgreSQL as well as SQLite (S07, S11, S12, S13); the rest run once.
+BOTH_DIALECTS = frozenset(
+    {
+        "test_an_older_detached_question_stays_superseded_after_a_newer_bundle_is_skipped_and_reloaded",
+        "test_stale_owner_choice_is_discarded_when_the_summary_changes_mid_load",
+        "test_two_overlapping_loads_the_older_finishing_last_change_nothing",
+        "test_a_load_from_an_unmounted_phone_sheet_cannot_navigate_after_a_layout_change",
+    }
+)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if metafunc.function.__name__ in BOTH_DIALECTS:
+        metafunc.parametrize("web_server", ["sqlite", "postgresql"], indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def web_server() -> Iterator[Server]:
+def web_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """SQLite, unless a test in BOTH_DIALECTS asks for PostgreSQL."""
+    if getattr(request, "param", "sqlite") == "postgresql":
+        yield request.getfixturevalue("pg_web_server")
+        return
     yield from _start("sqlite")
 
 

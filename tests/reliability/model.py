@@ -37,6 +37,10 @@ class MBundle:
     row_ids: dict[str, str]
     # The agent whose stream still waits on this bundle (in the current server process), if any.
     agent: int | None = None
+    # question id -> the row's `agent_disconnected` flag: set when the bundle detaches from its
+    # waiter while active (disconnect, turn teardown, a dead process, a detached answer or skip),
+    # never cleared here (the model never re-attaches), untouched by supersession and expiry.
+    disconnected: dict[str, bool] = field(default_factory=dict)
 
     @property
     def pending(self) -> list[str]:
@@ -144,14 +148,28 @@ class Model:
         b.agent = None
 
     def detach_current(self, session_id: str, turn_id: str | None = None) -> None:
-        """Turn teardown / disconnect: live questions of the current turn lose their waiter."""
+        """Turn teardown / disconnect: live questions of the current turn lose their waiter, and every
+        pending row of that turn is marked disconnected while the session is live."""
         session = self.sessions[session_id]
         current = session.current_turn()
         if turn_id is not None and turn_id != current:
             return
         for b in self.bundles_in(session_id):
+            if b.turn_id == current and not session.terminal:
+                self.mark_disconnected(b)
             if b.turn_id == current and b.pending and b.agent is not None:
                 self.end_agent(b, Expected("detached"))
+
+    def mark_disconnected(self, b: MBundle) -> None:
+        for q in b.pending:
+            b.disconnected[q] = True
+
+    def detach_orphans(self) -> None:
+        """Startup recovery after a restart: active rows whose waiter died with the old process."""
+        for b in self.bundles.values():
+            session = self.sessions[b.session_id]
+            if not session.terminal and b.turn_id == session.current_turn():
+                self.mark_disconnected(b)
 
     def accept_turn(self, session_id: str, turn_id: str, *, lifecycle_only: bool = False) -> None:
         """A newer turn is accepted; a conversational one ends every older open conversational turn, so

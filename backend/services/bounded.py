@@ -1,0 +1,33 @@
+"""Work that must outlive a cancelled request but not a finite deadline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+async def bounded(background: set[asyncio.Task[Any]], work: Awaitable[T], seconds: float) -> T:
+    """Run `work` in a task of its own: a cancelled caller does not cancel it, and at `seconds` it is
+    cancelled and the caller gets TimeoutError at once. The caller does not wait for the cancelled
+    work to unwind: a SQLite writer blocked on the database lock cannot be interrupted before its
+    busy timeout, and the deadline must hold there too. `background` keeps the task referenced."""
+    loop = asyncio.get_running_loop()
+    task: asyncio.Task[T] = asyncio.ensure_future(work)
+    background.add(task)
+    deadline = loop.call_later(seconds, task.cancel)
+
+    def finished(done: asyncio.Task[T]) -> None:
+        background.discard(done)
+        deadline.cancel()
+
+    task.add_done_callback(finished)
+    current = asyncio.current_task()
+    try:
+        return await asyncio.wait_for(asyncio.shield(task), seconds)
+    except asyncio.CancelledError:
+        if task.cancelled() and (current is None or not current.cancelling()):
+            raise TimeoutError(f"not done within {seconds} s") from None
+        raise
