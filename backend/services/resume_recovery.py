@@ -70,6 +70,8 @@ class ReservationRecovery:
         # Claims (and bundles) of reservations kept by the last run: their rows stay as they are.
         self._kept_claims: set[str] = set()
         self._kept_bundles: set[str] = set()
+        # Tasks whose rows or turns recovery changed (their summaries are refreshed before serving).
+        self.touched_tasks: set[str] = set()
 
     def owns(self, row: BundleRow) -> bool:
         """Does a reservation kept for diagnosis own this intent row? (intent recovery skips it)"""
@@ -182,6 +184,8 @@ class ReservationRecovery:
                     },
                 )
         task_of = {r.session_id: r.task_id for r in page}
+        self.touched_tasks.update(task_of[s] for _, s in restored)
+        self.touched_tasks.update(r.task_id for r, _ in checked if r.id in deleted or r.id in moved)
         for message_id, session_id in restored:
             report.restored_messages.append(message_id)
             log.info(
@@ -207,6 +211,7 @@ class ReservationRecovery:
             if not page:
                 break
             after = page[-1].id
+            self.touched_tasks.update(t.task_id for t in page)
             try:
                 replayed += len(
                     await self.orchestrator.replay_start(
