@@ -60,6 +60,7 @@ async def respond(
     ]
 
 
+@pytest.mark.scenario("S01", "S02")
 async def test_agent_asks_times_out_and_the_question_stays_answerable(admin: Client) -> None:
     task_id, session_id = await session(admin)
     async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.3}) as sub:
@@ -182,6 +183,7 @@ def crash_db() -> Iterator[str]:
     drop_database(url)
 
 
+@pytest.mark.scenario("S21")
 async def test_a_crash_between_claim_and_confirmation_loses_no_answer_after_restart(crash_db: str) -> None:
     url = crash_db
     crashing = Server(url, env={"TURNWISE_FAULT_POINTS": "after_claim"}).start()

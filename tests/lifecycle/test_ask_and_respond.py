@@ -101,6 +101,7 @@ async def test_identical_questions_asked_again_while_active_reuse_the_bundle(db:
             await a.close()
 
 
+@pytest.mark.scenario("S22")
 async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(db: Database) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
@@ -134,6 +135,7 @@ async def test_skip_of_a_live_bundle_is_delivered_to_the_same_turn_waiter(db: Da
         await agent.close()
 
 
+@pytest.mark.scenario("S01")
 async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Database) -> None:
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
@@ -197,6 +199,7 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         await agent.close()
 
 
+@pytest.mark.scenario("S16", "S39")
 async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_question_answerable(
     db: Database,
 ) -> None:
@@ -239,6 +242,7 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
         await agent.close()
 
 
+@pytest.mark.scenario("S15")
 async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
@@ -329,6 +333,7 @@ async def test_unknown_pending_id_is_not_found(db: Database) -> None:
         assert await svc.clarifications.cancel("no-such") is False
 
 
+@pytest.mark.scenario("S32")
 async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db: Database) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from backend import faults
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
@@ -63,6 +65,7 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
         await agent.close()
 
 
+@pytest.mark.scenario("S23")
 async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while_current(
     db: Database,
 ) -> None:
@@ -104,6 +107,7 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
             await agent.close()
 
 
+@pytest.mark.scenario("S23")
 async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Database) -> None:
     async with running(db) as svc:
         for i in range(10):
@@ -209,6 +213,7 @@ async def test_cancel_of_a_detached_request_is_refused_without_a_write(db: Datab
         await agent.close()
 
 
+@pytest.mark.scenario("S33")
 async def test_session_entering_a_terminal_state_expires_current_turn_bundles_before_publishing(
     db: Database,
 ) -> None:
@@ -228,6 +233,7 @@ async def test_session_entering_a_terminal_state_expires_current_turn_bundles_be
         await agent.close()
 
 
+@pytest.mark.scenario("S01", "S02")
 async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older_turn(db: Database) -> None:
     async with running(db) as svc:
         task_id, _ = await new_session(svc)
@@ -274,6 +280,7 @@ async def _stranded_claim(
     assert claimed
 
 
+@pytest.mark.scenario("S21")
 async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answer_can_be_submitted_again(
     db: Database,
 ) -> None:

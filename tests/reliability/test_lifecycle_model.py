@@ -557,6 +557,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
     return LifecycleMachine
 
 
+@pytest.mark.scenario("S02", "S03", "S15", "S33")
 def test_random_lifecycles_keep_projections_states_and_dispatches_as_the_spec_says(
     database_url: str, dialect: str, tmp_path: Path
 ) -> None:

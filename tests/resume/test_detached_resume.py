@@ -56,6 +56,7 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
 
 
 @pytest.mark.parametrize("refusal", ["rejected", "no-runner"])
+@pytest.mark.scenario("S16")
 async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_delivers_exactly_once(
     db: Database, refusal: str
 ) -> None:
@@ -81,6 +82,7 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         await agent.close()
 
 
+@pytest.mark.scenario("S16")
 async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_stays_retryable(
     db: Database,
 ) -> None:
@@ -99,6 +101,7 @@ async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_sta
         await agent.close()
 
 
+@pytest.mark.scenario("S17", "S18")
 async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal_and_never_rolled_back(
     db: Database,
 ) -> None:
@@ -131,6 +134,7 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
 
 
 @pytest.mark.parametrize("outcome", ["ambiguous", "hang"])
+@pytest.mark.scenario("S34")
 async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_successor_and_is_never_resent(
     db: Database, outcome: str
 ) -> None:
@@ -152,6 +156,7 @@ async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_suc
         await agent.close()
 
 
+@pytest.mark.scenario("S29")
 async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admission_until_restart_recovery(
     db: Database,
 ) -> None:
@@ -184,6 +189,7 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
         assert not restarted.orchestrator.quarantined(session_id)
 
 
+@pytest.mark.scenario("S34")
 async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_and_restores(
     db: Database,
 ) -> None:
@@ -211,6 +217,7 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
         await agent.close()
 
 
+@pytest.mark.scenario("S25")
 async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Database) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
@@ -265,6 +272,7 @@ async def _overlapping_ready_event(
         return error, predecessor in completed, completed
 
 
+@pytest.mark.scenario("S28")
 async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation_cannot_complete_anything(
     db: Database,
 ) -> None:
@@ -275,6 +283,7 @@ async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation
     assert predecessor_completed and len(completed) == 1
 
 
+@pytest.mark.scenario("S28")
 async def test_ready_event_whose_generation_still_owns_the_session_after_rollback_completes_normally(
     db: Database,
 ) -> None:
@@ -282,6 +291,7 @@ async def test_ready_event_whose_generation_still_owns_the_session_after_rollbac
     assert error is None and predecessor_completed
 
 
+@pytest.mark.scenario("S31")
 async def test_generationless_ready_event_overlapping_a_reservation_is_dropped_after_rollback(
     db: Database,
 ) -> None:

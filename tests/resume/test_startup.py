@@ -93,7 +93,6 @@ async def test_an_unreconcilable_reservation_stops_serve_before_it_subscribes_or
     assert await stored(server_db, session_id, pending_id) == before
 
 
-@pytest.mark.scenario("S35")
 def test_a_clean_database_subscribes_during_startup_so_the_probe_can_see_it(server_db: str) -> None:
     server = Server(server_db, env={"TURNWISE_FAULT_POINTS": SUBSCRIBE})
     code, answered = run_to_exit(server)

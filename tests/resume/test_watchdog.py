@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
@@ -53,6 +55,7 @@ async def test_agent_activity_cancels_the_watchdog(db: Database) -> None:
         await agent.close()
 
 
+@pytest.mark.scenario("S25")
 async def test_watchdog_does_not_dispatch_after_its_turn_is_superseded(db: Database) -> None:
     async with resuming(db, ["accepted"], **QUICK) as (svc, executor):
         _, session_id = await new_session(svc)
@@ -68,6 +71,7 @@ async def test_watchdog_does_not_dispatch_after_its_turn_is_superseded(db: Datab
         await agent.close()
 
 
+@pytest.mark.scenario("S26")
 async def test_watchdog_cancellation_reaches_in_flight_prompt_work_and_nothing_is_sent_twice(
     db: Database,
 ) -> None:
@@ -100,6 +104,7 @@ async def test_shutdown_cancels_an_armed_watchdog(db: Database) -> None:
         await agent.close()
 
 
+@pytest.mark.scenario("S10")
 async def test_pause_that_observed_no_turn_does_not_cancel_a_first_turn_created_during_detachment(
     db: Database,
 ) -> None:
