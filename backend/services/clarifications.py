@@ -52,7 +52,7 @@ from backend.repository import instances, locks, tasks, turns
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.resume import NotWiredResumer, Resumer
-from backend.services.waiters import Notice, Waiter, WaiterHub
+from backend.services.waiters import Notice, NoticeKind, Waiter, WaiterHub
 
 log = logging.getLogger("turnwise.clarification")
 
@@ -278,7 +278,7 @@ class Clarifications:
                 notice = await asyncio.wait_for(waiter.queue.get(), remaining)
             except TimeoutError:
                 break
-            if notice.kind == "handoff" and notice.claim is not None:
+            if notice.kind == NoticeKind.HANDOFF and notice.claim is not None:
                 confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
                 if confirmed is not None:
                     return confirmed
@@ -652,7 +652,7 @@ def _drain(waiter: Waiter) -> list[Notice]:
     out = []
     while not waiter.queue.empty():
         notice = waiter.queue.get_nowait()
-        if notice.kind == "handoff" and notice.claim is not None:
+        if notice.kind == NoticeKind.HANDOFF and notice.claim is not None:
             out.append(notice)
     return out
 

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from backend.db.engine import utcnow
@@ -57,9 +58,14 @@ def claim_from_json(data: dict[str, Any]) -> Claim:
     )
 
 
+class NoticeKind(StrEnum):
+    HANDOFF = "handoff"  # a claimed answer for the waiter to confirm and deliver
+    WAKE = "wake"  # re-read the bundle: something about it changed
+
+
 @dataclass
 class Notice:
-    kind: str  # "handoff" | "wake"
+    kind: NoticeKind
     claim: Claim | None = None
     reply_to: str | None = None
 
@@ -77,7 +83,7 @@ class Waiter:
         # Coalesced: one queued wake re-reads the newest state, however many events arrived.
         if not self.wake_queued:
             self.wake_queued = True
-            self.queue.put_nowait(Notice("wake"))
+            self.queue.put_nowait(Notice(NoticeKind.WAKE))
 
 
 class WaiterHub:
@@ -234,7 +240,7 @@ class WaiterHub:
                 # instead of waiting out its bound.
                 await self.confirm(message.get("reply_to"), claim.claim_id, False)
                 return
-            waiter.queue.put_nowait(Notice("handoff", claim, message.get("reply_to")))
+            waiter.queue.put_nowait(Notice(NoticeKind.HANDOFF, claim, message.get("reply_to")))
         elif message.get("type") == "confirmed":
             future = self._confirmations.get(str(message.get("claim_id")))
             if future is not None and not future.done():

@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from backend.db.engine import utcnow
@@ -32,11 +33,17 @@ log = logging.getLogger("turnwise.watchdog")
 ACTIVITY_EVENTS = frozenset({"message.added", "turn.started", "turn.completed"})
 
 
+class Phase(StrEnum):
+    ARMED = "armed"  # waiting out the agent's silence
+    FALLBACK = "fallback"  # revalidating, cancelling the captured turn, dispatching the answer
+    DONE = "done"
+
+
 @dataclass(eq=False)
 class Watch:
     claim: Claim
     armed_at: dt.datetime
-    phase: str = "armed"  # armed | fallback | done
+    phase: Phase = Phase.ARMED
     task: asyncio.Task[None] | None = None
     outcome: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -92,7 +99,7 @@ class Watchdogs:
         for watch in list(watches):
             # The fallback's own silent cancellation of the captured turn is recovery-owned activity.
             if (
-                watch.phase == "fallback"
+                watch.phase == Phase.FALLBACK
                 and event.get("type") == "turn.completed"
                 and turn_id == watch.claim.turn_id
             ):
@@ -129,7 +136,7 @@ class Watchdogs:
             self._cancel(watch, reason)
 
     def _cancel(self, watch: Watch, reason: str) -> None:
-        if watch.phase == "done" or watch.task is None:
+        if watch.phase == Phase.DONE or watch.task is None:
             return
         watch.outcome = f"cancelled:{reason}"
         watch.task.cancel()
@@ -139,7 +146,7 @@ class Watchdogs:
         )
 
     def _forget(self, watch: Watch) -> None:
-        watch.phase = "done"
+        watch.phase = Phase.DONE
         watches = self._by_session.get(watch.claim.session_id)
         if watches is not None:
             watches.discard(watch)
@@ -153,7 +160,7 @@ class Watchdogs:
         claim = watch.claim
         try:
             await asyncio.sleep(self.deps.settings.watchdog_seconds)
-            watch.phase = "fallback"
+            watch.phase = Phase.FALLBACK
             limit = self.deps.settings.dispatch_seconds + 3 * self.deps.settings.persistence_seconds
             async with asyncio.timeout(limit):
                 reason = await self._preflight(watch)
