@@ -191,14 +191,18 @@ async def stored_reservations(
         .order_by(T.c.id)
         .limit(limit)
     )
-    out: list[StoredReservation] = []
-    for r in await conn.execute(query):
-        try:
-            md = rows.metadata_of(r.metadata, where=f"turn {r.id}")
-        except Exception:
-            md = {"__corrupt__": True}
-        out.append(StoredReservation(r.id, r.session_id, r.task_id, md, bool(r.has_evidence)))
-    return out
+    # Only object metadata can carry the reservation marker the query selects on, so CorruptData here
+    # means the database changed under us: it fails recovery loudly instead of being papered over.
+    return [
+        StoredReservation(
+            r.id,
+            r.session_id,
+            r.task_id,
+            rows.metadata_of(r.metadata, where=f"turn {r.id}"),
+            bool(r.has_evidence),
+        )
+        for r in await conn.execute(query)
+    ]
 
 
 async def claimed_row_facts(

@@ -47,8 +47,6 @@ class RecoveryReport:
 def claim_identity(r: StoredReservation) -> tuple[str, str, list[str]]:
     """(source turn, pending id, claimed message ids) or ValueError naming what is malformed."""
     md = r.metadata
-    if md.get("__corrupt__"):
-        raise ValueError("metadata is not a JSON object")
     turn_id = md.get(reservations.SOURCE_TURN_ID)
     pending_id = md.get(reservations.SOURCE_PENDING_ID)
     ids = md.get(reservations.SOURCE_MESSAGE_IDS)
