@@ -57,12 +57,14 @@ from backend.services.waiters import Notice, NoticeKind, Waiter, WaiterHub
 log = logging.getLogger("turnwise.clarification")
 
 T = TypeVar("T")
-Authorize = Callable[[str], None]
+# Raises (NotFound, Forbidden) unless the caller may act on the bundle or task: called with the task
+# id and, where one is concerned, the session id. Every entry point requires one; there is no default.
+Authorize = Callable[[str, str | None], None]
 MAX_STEP = 200
 
 
-def _allow(_: str) -> None:
-    """No access rule (internal callers, tests); the API always passes its own."""
+def trusted(_task_id: str, _session_id: str | None) -> None:
+    """The authorizer of in-process callers acting for the system itself (never the API's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +139,11 @@ class Clarifications:
         alive = self.hub.alive(instance, bundle.waiter_id, heartbeat)
         return replace(bundle, waiter_alive=alive) if alive else bundle
 
-    async def bundle(self, pending_id: str, authorize: Authorize = _allow) -> Bundle | None:
+    async def bundle(self, pending_id: str, *, authorize: Authorize) -> Bundle | None:
         async with self.deps.db.read() as conn:
             bundle = await self._load(conn, pending_id)
         if bundle is not None:
-            authorize(bundle.task_id)
+            authorize(bundle.task_id, bundle.session_id)
         return bundle
 
     async def active_bundles(self, session_ids: Sequence[str]) -> dict[str, Bundle]:
@@ -302,7 +304,7 @@ class Clarifications:
     async def _ended_elsewhere(self, waiter: Waiter) -> WaitOutcome | None:
         """After a session event: has something else ended this waiter's hold on its bundle?"""
         assert waiter.pending_id is not None
-        bundle = await self.bundle(waiter.pending_id)
+        bundle = await self.bundle(waiter.pending_id, authorize=trusted)
         if bundle is None:
             return Closed(waiter.pending_id, ClarificationStatus.CANCELLED.value)
         state = bundle.state
@@ -407,7 +409,7 @@ class Clarifications:
         answers: Sequence[Answer],
         *,
         rejected: bool,
-        authorize: Authorize = _allow,
+        authorize: Authorize,
     ) -> RespondOutcome:
         async with self.deps.db.write() as conn:
             session_id = await repo.session_of_bundle(conn, pending_id)
@@ -417,7 +419,7 @@ class Clarifications:
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 raise NotFound("clarification", pending_id)
-            authorize(bundle.task_id)
+            authorize(bundle.task_id, bundle.session_id)
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:
                 assert decision.conflict is not None
@@ -591,7 +593,7 @@ class Clarifications:
 
     # --- cancel ---------------------------------------------------------------------------------
 
-    async def cancel(self, pending_id: str, authorize: Authorize = _allow) -> bool:
+    async def cancel(self, pending_id: str, *, authorize: Authorize) -> bool:
         """Cancel a request still owned by a live waiter; False for anything else (nothing written)."""
         async with self.deps.db.write() as conn:
             session_id = await repo.session_of_bundle(conn, pending_id)
@@ -601,7 +603,7 @@ class Clarifications:
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 return False
-            authorize(bundle.session_id)
+            authorize(bundle.task_id, bundle.session_id)
             if bundle.state != BundleState.ACTIVE_LIVE:
                 return False
             changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
@@ -619,14 +621,14 @@ class Clarifications:
     # --- workflow guard -------------------------------------------------------------------------
 
     async def advance_task(
-        self, task_id: str, to_step: str, authorize: Authorize = _allow
+        self, task_id: str, to_step: str, *, authorize: Authorize
     ) -> TaskAdvanced | TaskAdvanceBlocked:
         step = to_step.strip()
         if not step or len(step) > MAX_STEP:
             raise InvalidInput("toStep", f"must be 1-{MAX_STEP} characters")
         async with self.deps.db.write() as conn:
             await tasks.get_task(conn, task_id)
-            authorize(task_id)
+            authorize(task_id, None)
             sessions = await tasks.list_sessions(conn, [task_id])
             await locks.lock_sessions(conn, [s.id for s in sessions])
             try:

@@ -13,6 +13,7 @@ from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.repository import clarifications as repo
 from backend.repository import locks
+from backend.services.clarifications import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import (
     QUESTION,
@@ -108,7 +109,9 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(db:
         agent = await Agent.ask(svc, session_id, questions(2))
         agent.wait()
         answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")]
-        result = await svc.clarifications.respond(agent.pending_id, answers, rejected=False)
+        result = await svc.clarifications.respond(
+            agent.pending_id, answers, rejected=False, authorize=trusted
+        )
         assert isinstance(result, lc.Responded) and result.resumed is False
         assert result.bundle.state == BundleState.TERMINAL
         outcome = await agent.outcome()
@@ -128,7 +131,7 @@ async def test_skip_of_a_live_bundle_is_delivered_to_the_same_turn_waiter(db: Da
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
         agent.wait()
-        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True)
+        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Rejected)
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"rejected"}
@@ -141,13 +144,13 @@ async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Datab
         task_id, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
         assert projection.pending_action == "clarification"
         assert (
-            await svc.clarifications.advance_task(task_id, "review")
+            await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         ).__class__.__name__ == "TaskAdvanceBlocked"
         await agent.close()
 
@@ -178,7 +181,7 @@ async def test_turn_teardown_detaches_the_live_bundle_and_tells_its_waiter(db: D
         turn = (await svc.reads.turns(session_id))[-1]
         await svc.operations.complete_turn(turn.id)
         assert isinstance(await agent.outcome(), lc.Detached)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
@@ -190,7 +193,7 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         svc.clarifications.resumer = resumer
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
-        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True)
+        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded) and result.resumed is False
         assert resumer.claims == []
         stored = await rows(db, agent.pending_id)
@@ -208,9 +211,11 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            result = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(result, lc.DeliveryFailed) and result.retryable is True
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"pending"}
@@ -228,7 +233,9 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
 
         resumer.resume = accept  # type: ignore[method-assign]
         svc.clarifications.resumer = resumer
-        retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        retry = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(retry, lc.Responded) and retry.resumed is True
         assert len(resumer.claims) == 1
         claim = resumer.claims[0]
@@ -255,7 +262,7 @@ async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) ->
         async with recording(svc) as log:
             for rejected in (False, True):
                 result = await svc.clarifications.respond(
-                    agent.pending_id, [] if rejected else yes("q1"), rejected=rejected
+                    agent.pending_id, [] if rejected else yes("q1"), rejected=rejected, authorize=trusted
                 )
                 assert isinstance(result, lc.Conflict) and result.reason == ConflictReason.SUPERSEDED
                 assert result.bundle is not None and result.bundle.state == BundleState.SUPERSEDED_HISTORY
@@ -269,10 +276,10 @@ async def test_response_to_a_terminal_bundle_is_a_conflict_carrying_the_winning_
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
         agent.wait()
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         await agent.outcome()
         before = await all_metadata(db)
-        late = await svc.clarifications.respond(agent.pending_id, [], rejected=True)
+        late = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(late, lc.Conflict) and late.reason == ConflictReason.TERMINAL
         assert late.bundle is not None
         assert late.bundle.rows[0].metadata["response"]["selected_option_ids"] == ["q1_opt1"]
@@ -300,7 +307,7 @@ async def test_answers_are_validated_against_the_bundle_and_nothing_is_written(
         agent = await Agent.ask(svc, session_id, questions(2))
         before = await all_metadata(db)
         with pytest.raises(InvalidInput) as err:
-            await svc.clarifications.respond(agent.pending_id, answers, rejected=False)
+            await svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         assert err.value.field == field
         assert await all_metadata(db) == before
         await agent.close()
@@ -312,7 +319,7 @@ async def test_multi_select_question_takes_several_options(db: Database) -> None
         agent = await Agent.ask(svc, session_id, [{**QUESTION, "multi_select": True}])
         agent.wait()
         result = await svc.clarifications.respond(
-            agent.pending_id, [Answer("q1", ("q1_opt1", "q1_opt2"), None)], rejected=False
+            agent.pending_id, [Answer("q1", ("q1_opt1", "q1_opt2"), None)], rejected=False, authorize=trusted
         )
         assert isinstance(result, lc.Responded)
         outcome = await agent.outcome()
@@ -328,9 +335,9 @@ async def test_unknown_pending_id_is_not_found(db: Database) -> None:
 
     async with running(db) as svc:
         with pytest.raises(NotFound):
-            await svc.clarifications.respond("no-such", [], rejected=True)
-        assert await svc.clarifications.bundle("no-such") is None
-        assert await svc.clarifications.cancel("no-such") is False
+            await svc.clarifications.respond("no-such", [], rejected=True, authorize=trusted)
+        assert await svc.clarifications.bundle("no-such", authorize=trusted) is None
+        assert await svc.clarifications.cancel("no-such", authorize=trusted) is False
 
 
 @pytest.mark.scenario("S32")
@@ -347,6 +354,6 @@ async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db:
             if {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}:
                 break
             await asyncio.sleep(0.02)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.stream.aclose()

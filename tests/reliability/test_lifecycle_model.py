@@ -37,6 +37,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput, InvalidState, NotFound
 from backend.domain.states import SessionState
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from tests.conftest import wipe
 from tests.reliability.model import (
@@ -350,7 +351,9 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             answers = self._answers(b, choices)
             executor = self.svc.orchestrator.executor
             executor.outcomes = [outcome]  # type: ignore[attr-defined]
-            respond = self.svc.clarifications.respond(b.pending_id, answers, rejected=False)
+            respond = self.svc.clarifications.respond(
+                b.pending_id, answers, rejected=False, authorize=trusted
+            )
             if state == GONE:
                 self._expect_error(respond, NotFound)
                 return
@@ -388,7 +391,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def skip(self, pick: int, active: bool) -> None:
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=True)
+            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=True, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
                 return
@@ -406,7 +409,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             """Bad input: nothing is written (the after-step checks prove it), the field is named."""
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=False)
+            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=False, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
             elif state in (ACTIVE_LIVE, ACTIVE_DETACHED):
@@ -418,7 +421,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def cancel(self, pick: int, active: bool) -> None:
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            cancelled = self.h.run(self.svc.clarifications.cancel(b.pending_id))
+            cancelled = self.h.run(self.svc.clarifications.cancel(b.pending_id, authorize=trusted))
             assert cancelled is (state == ACTIVE_LIVE)
             if cancelled:
                 for q in b.pending:

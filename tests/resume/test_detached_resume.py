@@ -11,6 +11,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
+from backend.services.clarifications import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import new_session, questions, recording, rows, yes
 from tests.resume.support import (
@@ -31,7 +32,9 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
         agent = await detached_question(svc, session_id, questions(2))
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(agent.pending_id, yes("q1", "q2"), rejected=False)
+            result = await svc.clarifications.respond(
+                agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
+            )
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert isinstance(result, lc.Responded) and result.resumed is True
         assert len(executor.received) == 1
@@ -67,15 +70,19 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         before = await turn_rows(db, session_id)
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         # No failed-dispatch turn supersedes the bundle.
         assert await turn_rows(db, session_id) == before
         svc.orchestrator.executor = executor
         executor.outcomes = ["accepted"]
-        retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        retry = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(retry, lc.Responded) and retry.resumed is True
         accepted = [r for r in executor.received if r.turn_id == (await turn_rows(db, session_id))[-1]["id"]]
         assert len(accepted) == 1 and len(await turn_rows(db, session_id)) == 2
@@ -91,12 +98,16 @@ async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_sta
         agent = await detached_question(svc, session_id)
         before = await turn_rows(db, session_id)
         async with faulty("resume.attempt_marker"):
-            failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
-        retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        retry = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(retry, lc.Responded) and len(executor.received) == 1
         await agent.close()
 
@@ -109,7 +120,9 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         async with faulty("resume.publish"):
-            failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
         assert len(executor.received) == 1
         successor = executor.received[0].turn_id
@@ -122,7 +135,9 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         # The accepted turn is remembered: a later rollback fails closed, nothing is re-dispatched.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
         assert successor in {t["id"] for t in await turn_rows(db, session_id)}
-        conflict = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        conflict = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(conflict, lc.Conflict)
         assert len(executor.received) == 1
         async with recording(svc) as log:
@@ -141,16 +156,19 @@ async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_suc
     async with resuming(db, [outcome], dispatch_seconds=0.2) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
         successor = executor.received[0].turn_id
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == successor
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.TERMINAL
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}
         assert isinstance(
-            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Conflict
+            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
+            lc.Conflict,
         )
         assert len(executor.received) == 1
         await agent.close()
@@ -165,13 +183,17 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
         first = await detached_question(svc, session_id)
         predecessor = first.bundle.turn_id  # type: ignore[union-attr]
         async with faulty("resume.rollback"):
-            failed = await svc.clarifications.respond(first.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                first.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
         assert svc.orchestrator.quarantined(session_id)
         reserved = executor.received[0].turn_id
         # Another answer in that session cannot enter: admission stays closed (and stays retryable).
         second = await detached_question(svc, session_id)
-        blocked = await svc.clarifications.respond(second.pending_id, yes("q1"), rejected=False)
+        blocked = await svc.clarifications.respond(
+            second.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(blocked, lc.DeliveryFailed) and blocked.retryable is True
         assert len(executor.received) == 1
         # Ready handling waits on the unresolved reservation and gives up without touching state.
@@ -209,10 +231,12 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
                 claim_id=None,
                 origin="detached",
             )
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
         assert executor.received == []
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
@@ -252,7 +276,9 @@ async def _overlapping_ready_event(
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
-        respond = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
+        respond = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        )
         await asyncio.wait_for(gate.started.wait(), 5)
         ready = asyncio.create_task(
             svc.operations.complete_turn(predecessor, predecessor if generation == "own" else generation)
@@ -306,7 +332,7 @@ async def test_the_resumed_agent_completes_its_own_turn_with_the_generation_it_w
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         request = executor.received[0]
         done = await svc.operations.complete_turn(request.turn_id, request.generation)
         assert done.completed_at is not None

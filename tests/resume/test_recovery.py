@@ -14,6 +14,7 @@ from backend.db.tables import task_session_turns as T
 from backend.domain.lifecycle import Answer, BundleState
 from backend.repository import clarifications as repo
 from backend.repository import locks, messages, reservations, turns
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.recovery import RecoveryFailed
 from tests.lifecycle.support import new_session, questions, recording, rows
@@ -107,7 +108,7 @@ async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_cla
         sibling = next(r for i, r in stored.items() if i not in claimed)
         assert sibling["status"] == "answered"
         assert sorted(log.kinds("message.updated")) == sorted(claimed)
-        bundle = await restarted.clarifications.bundle(pending_id)
+        bundle = await restarted.clarifications.bundle(pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
 
 

@@ -9,6 +9,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
+from backend.services.clarifications import trusted
 from backend.services.orchestrator import TurnSnapshot
 from tests.lifecycle.support import Agent, new_session, yes
 from tests.resume.support import GatedExecutor, resuming, turn_rows
@@ -20,7 +21,8 @@ async def _answered_live(svc, session_id: str) -> Agent:  # type: ignore[no-unty
     agent = await Agent.ask(svc, session_id)
     agent.wait()
     assert isinstance(
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Responded
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
+        lc.Responded,
     )
     assert isinstance(await agent.outcome(), lc.Answered)
     return agent
