@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
-from backend.domain.errors import InvalidInput, InvalidState, NotFound
+from backend.domain.errors import InvalidInput, InvalidState, NotFound, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
     CLAIM_KEY,
@@ -134,8 +134,8 @@ class Clarifications:
         instance = bundle.waiter_instance
         heartbeat = None
         if self.hub.needs_heartbeat(instance):
-            assert instance is not None
-            heartbeat = (await instances.heartbeats(conn, [instance])).get(instance)
+            known = present(instance, "waiter instance")
+            heartbeat = (await instances.heartbeats(conn, [known])).get(known)
         alive = self.hub.alive(instance, bundle.waiter_id, heartbeat)
         return replace(bundle, waiter_alive=alive) if alive else bundle
 
@@ -190,8 +190,8 @@ class Clarifications:
             # A hand-off nobody will confirm now: refuse it at once, so its responder restores the
             # claim instead of waiting out the live confirmation bound.
             for notice in _drain(waiter):
-                assert notice.claim is not None
-                await self._bounded(self.hub.confirm(notice.reply_to, notice.claim.claim_id, False))
+                claim = present(notice.claim, "hand-off claim")
+                await self._bounded(self.hub.confirm(notice.reply_to, claim.claim_id, False))
             if not waiter.finished and waiter.pending_id is not None:
                 # Client disconnect: detach in a context the cancelled request cannot abort.
                 waiter.finished = True
@@ -241,7 +241,7 @@ class Clarifications:
                 await tasks.set_session_state(conn, session_id, SessionState.WAITING_FOR_INPUT.value)
             await tasks.bump_pending_seq(conn, session_id)
             bundle = await self._load(conn, pending_id)
-        assert bundle is not None
+        bundle = present(bundle, f"bundle {pending_id} just written")
         log.info(
             "clarification asked" if reused is None else "clarification re-attached",
             extra={
@@ -271,7 +271,7 @@ class Clarifications:
     async def _wait(self, waiter: Waiter, wait_seconds: float) -> WaitOutcome:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
-        assert waiter.pending_id is not None
+        pending_id = present(waiter.pending_id, "waiter's bundle")
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -294,19 +294,18 @@ class Clarifications:
         # A hand-off can land as the wait runs out (queued while the timed-out get was being
         # cancelled): its responder already holds a claim and waits on this waiter, so deliver it.
         for notice in _drain(waiter):
-            assert notice.claim is not None
-            confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
+            confirmed = await self._confirm(waiter, present(notice.claim, "hand-off claim"), notice.reply_to)
             if confirmed is not None:
                 return confirmed
         await self._bounded(self._detach(waiter, "timeout"))
-        return Detached(waiter.pending_id)
+        return Detached(pending_id)
 
     async def _ended_elsewhere(self, waiter: Waiter) -> WaitOutcome | None:
         """After a session event: has something else ended this waiter's hold on its bundle?"""
-        assert waiter.pending_id is not None
-        bundle = await self.bundle(waiter.pending_id, authorize=trusted)
+        pending_id = present(waiter.pending_id, "waiter's bundle")
+        bundle = await self.bundle(pending_id, authorize=trusted)
         if bundle is None:
-            return Closed(waiter.pending_id, ClarificationStatus.CANCELLED.value)
+            return Closed(pending_id, ClarificationStatus.CANCELLED.value)
         state = bundle.state
         if state == BundleState.DELIVERY_CLAIMED:
             return None  # a hand-off is on its way (or its responder will restore the claim)
@@ -323,20 +322,20 @@ class Clarifications:
                     "status": status,
                 },
             )
-            return Closed(waiter.pending_id, status)
+            return Closed(pending_id, status)
         # Detached by turn teardown, superseded by a newer turn, or taken over by a newer waiter.
         log.info(
             "waiter released",
             extra={"event": "clarification.waiter_detached", "pending_id": bundle.pending_id, "state": state},
         )
-        return Detached(waiter.pending_id)
+        return Detached(pending_id)
 
     async def _detach(self, waiter: Waiter, reason: str) -> None:
-        assert waiter.pending_id is not None
+        pending_id = present(waiter.pending_id, "waiter's bundle")
         async with self.deps.db.write() as conn:
             await locks.lock_sessions(conn, [waiter.session_id])
             changed = await repo.detach(
-                conn, waiter.session_id, pending_id=waiter.pending_id, waiter_id=waiter.waiter_id
+                conn, waiter.session_id, pending_id=pending_id, waiter_id=waiter.waiter_id
             )
             session = await tasks.get_session(conn, waiter.session_id) if changed else None
         if session is None:
@@ -422,8 +421,7 @@ class Clarifications:
             authorize(bundle.task_id, bundle.session_id)
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:
-                assert decision.conflict is not None
-                return Conflict(pending_id, decision.conflict, bundle)
+                return Conflict(pending_id, present(decision.conflict, "conflict reason"), bundle)
             valid = validate_answers(bundle, answers, rejected=rejected)
             live = decision.action == RespondAction.DELIVER_LIVE
             claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
@@ -457,13 +455,13 @@ class Clarifications:
         if claim_id is None:
             await self._publish(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
             return Responded(after, resumed=False)
-        assert bundle.turn_id is not None
+        turn_id = present(bundle.turn_id, f"turn of bundle {pending_id}")
         claim = Claim(
             claim_id=claim_id,
             pending_id=pending_id,
             session_id=session_id,
             task_id=bundle.task_id,
-            turn_id=bundle.turn_id,
+            turn_id=turn_id,
             message_ids=tuple(r.id for r in claimed),
             answers=tuple(valid[q] for q in sorted(valid)),
             rejected=rejected,
@@ -480,11 +478,12 @@ class Clarifications:
         )
 
     async def _deliver_live(self, claim: Claim, bundle: Bundle, after: Bundle) -> RespondOutcome:
-        assert bundle.waiter_instance is not None and bundle.waiter_id is not None
+        instance = present(bundle.waiter_instance, "live waiter's instance")
+        waiter_id = present(bundle.waiter_id, "live waiter")
         async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
             try:
-                await self.hub.hand_off(bundle.waiter_instance, bundle.waiter_id, claim)
-                confirmed = await self._await_confirmation(confirmation, bundle.waiter_instance)
+                await self.hub.hand_off(instance, waiter_id, claim)
+                confirmed = await self._await_confirmation(confirmation, instance)
             except Exception:
                 log.warning(
                     "live delivery not confirmed",
