@@ -185,8 +185,12 @@ class DemoAgent:
                     await asyncio.sleep(self.pause)
         finally:
             runner.cancel()
-            with contextlib.suppress(BaseException):
+            try:
                 await runner
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("demo agent prompt runner had failed")
             await self.http.aclose()
         return ended
 

@@ -488,6 +488,7 @@ class Clarifications:
                 log.warning(
                     "live delivery not confirmed",
                     extra={"event": "clarification.delivery_unconfirmed", "claim_id": claim.claim_id},
+                    exc_info=True,
                 )
                 confirmed = False
         if confirmed:
@@ -570,6 +571,11 @@ class Clarifications:
                 try:
                     await self.refresh_summaries([claim.task_id])
                 except Exception as exc:
+                    log.warning(
+                        "summary not acknowledged after restore",
+                        extra={"event": "clarification.summary_unconverged", "claim_id": claim.claim_id},
+                        exc_info=True,
+                    )
                     converged = f"; task summary not yet converged ({exc})"
             # Published even when the summary acknowledgement failed: durable pending state is the truth.
             await self._publish(claim.task_id, claim.session_id, "message.updated", restored)

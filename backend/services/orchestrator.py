@@ -539,8 +539,13 @@ class Orchestrator:
         if not await self._to_outbox(live, message_ids, claim_id, ids):
             return
         self._accepted.discard(live.turn_id)  # the outbox marker refuses a rollback now
-        with contextlib.suppress(Exception):
+        try:
             await self.replay_start([(live.turn_id, ids["session_id"], task_id, False)])
+        except Exception:
+            # The outbox keeps the marker: startup recovery replays the start event.
+            log.warning(
+                "start event left to the outbox", extra={"event": "outbox.deferred", **ids}, exc_info=True
+            )
 
     async def replay_start(self, items: Sequence[tuple[str, str, str, bool]]) -> list[str]:
         """Publish `turn.started` (then `turn.completed` when already completed) for outbox turns and

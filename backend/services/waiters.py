@@ -25,6 +25,7 @@ from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.events import TASK_CHANNEL
 from backend.repository import instances
+from backend.services.background import stop_tasks
 from backend.services.context import Deps
 
 log = logging.getLogger("turnwise.clarification")
@@ -123,16 +124,17 @@ class WaiterHub:
         log.info("waiter hub started", extra={"event": "waiters.started", "instance_id": self.instance_id})
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_tasks(self._tasks, log, "waiter hub task")
         self._tasks.clear()
         if self.started:
-            with contextlib.suppress(Exception):
+            try:
                 async with self.deps.db.write() as conn:
                     await instances.forget(conn, self.instance_id)
+            except Exception:
+                # Others treat this instance as gone once its heartbeat goes stale.
+                log.exception(
+                    "waiter hub could not forget its instance", extra={"event": "waiters.forget_failed"}
+                )
         self.started = False
 
     async def _listen(self, channel: str, handler: Any, ready: asyncio.Event) -> None:

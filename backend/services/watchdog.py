@@ -13,7 +13,6 @@ a watchdog is persisted: a restart simply forgets it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.events import TASK_CHANNEL
 from backend.repository import reservations, tasks, turns
+from backend.services.background import stop_tasks
 from backend.services.context import Deps
 from backend.services.orchestrator import Orchestrator, TurnSnapshot
 
@@ -70,9 +70,7 @@ class Watchdogs:
         for session_id in list(self._by_session):
             self.cancel_session(session_id, "shutdown")
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(BaseException):
-                await self._listener
+            await stop_tasks([self._listener], log, "watchdog listener")
             self._listener = None
 
     async def _listen(self, ready: asyncio.Event) -> None:
