@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
-from backend.domain.errors import InvalidInput, InvalidState, NotFound, present
+from backend.db.engine import STORAGE_ERRORS
+from backend.domain.errors import CorruptData, InvalidInput, InvalidState, NotFound, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
     CLAIM_KEY,
@@ -639,7 +640,7 @@ class Clarifications:
             try:
                 faults.check("workflow_guard_read")
                 blocking = await repo.sessions_with_active_bundles(conn, task_id)
-            except Exception:
+            except (*STORAGE_ERRORS, CorruptData):  # not a programming error: those propagate
                 # Fail closed: an unreadable pending state never lets the workflow move on.
                 log.exception(
                     "workflow guard read failed", extra={"event": "workflow.guard_failed", "task_id": task_id}
