@@ -22,10 +22,9 @@ from backend.db.tables import task_session_turns as T
 from backend.db.tables import task_sessions as S
 from backend.domain.records import TurnRecord
 from backend.repository import rows, turns
-from backend.repository.authority import has_message_evidence
+from backend.repository.authority import ATTEMPTED, PENDING, has_message_evidence
 
-PENDING = "prompt_dispatch_pending"
-ATTEMPTED = "prompt_dispatch_attempted"
+__all__ = ["ATTEMPTED", "PENDING"]  # defined beside the rule that reads them
 SOURCE_PENDING_ID = "prompt_dispatch_clarification_pending_id"
 SOURCE_TURN_ID = "prompt_dispatch_clarification_turn_id"
 SOURCE_MESSAGE_IDS = "prompt_dispatch_clarification_message_ids"

@@ -20,7 +20,7 @@ from backend import faults
 from backend.domain.clarification import flag
 from backend.domain.ids import new_id
 from backend.executors.base import DispatchOutcome, DispatchResult, PromptRequest
-from backend.repository import runners, turns
+from backend.repository import reservations, runners, turns
 from backend.services.context import Deps
 
 log = logging.getLogger("turnwise.prompts")
@@ -142,7 +142,7 @@ class PromptChannel:
         still an outstanding (unpublished) dispatch; False tells the runner nobody waits for it."""
         async with self.deps.db.read() as conn:
             turn = await turns.get_turn(conn, turn_id)
-        outstanding = flag(turn.metadata.get("prompt_dispatch_pending"))
+        outstanding = flag(turn.metadata.get(reservations.PENDING))
         if outstanding:
             await self.deps.bus.publish(acks_channel(turn_id), {"turn_id": turn_id, "accepted": accepted})
         log.info(
