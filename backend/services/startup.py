@@ -31,7 +31,6 @@ class StartupFailed(RuntimeError):
 
     def __init__(self, step: str, reason: BaseException) -> None:
         super().__init__(f"startup step {step!r} failed: {reason}")
-        self.step = step
 
 
 async def start(services: Services, *, then: Callable[[Services], Awaitable[None]] | None = None) -> None:
