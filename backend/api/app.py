@@ -19,7 +19,7 @@ from backend.api.schema import build_schema
 from backend.api.web import web_routes
 from backend.config import Settings
 from backend.db import migrate
-from backend.db.engine import Database
+from backend.db.engine import STORAGE_ERRORS, Database
 from backend.events import EventBus
 from backend.repository import meta
 from backend.services import startup
@@ -90,7 +90,7 @@ def create_app(
         try:
             if not await migrate.is_current(db):
                 problems.append("migrations not current")
-        except Exception as exc:  # the database itself is unreachable
+        except STORAGE_ERRORS as exc:  # the database itself is unreachable
             problems.append(f"database unreachable: {type(exc).__name__}")
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
