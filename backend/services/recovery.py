@@ -40,6 +40,7 @@ class Recovery:
     async def run(self) -> set[str]:
         """Reservations, delivery intents, orphaned waiters; returns the ids of the tasks touched."""
         errors: list[str] = []
+        self.touched_tasks.clear()
         try:
             await self.reservations.recover_reservations()
         except ReservationRecoveryError as exc:

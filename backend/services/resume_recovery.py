@@ -91,6 +91,7 @@ class ReservationRecovery:
         report = RecoveryReport()
         self._kept_claims.clear()
         self._kept_bundles.clear()
+        self.touched_tasks.clear()
         after = ""
         while True:
             page_end = await self._page(after, report)

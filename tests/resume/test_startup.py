@@ -10,10 +10,17 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import delete
 
 from backend import faults
+from backend.config import Settings
 from backend.db.engine import Database
-from backend.repository import reservations
+from backend.db.tables import task_status_summaries
+from backend.events import EventBus
+from backend.repository import reservations, summaries
+from backend.services import startup
+from backend.services.container import Services
+from backend.services.context import Deps
 from tests.lifecycle.support import new_session, rows
 from tests.resume.support import resuming, turn_rows
 from tests.resume.test_recovery import strand
@@ -99,3 +106,26 @@ def test_a_clean_database_subscribes_during_startup_so_the_probe_can_see_it(serv
     assert code == faults.CRASH_EXIT_CODE, server.log()
     assert "startup: live hub" in server.log()
     assert answered == []
+
+
+async def test_startup_refreshes_the_summaries_recovery_changed_before_anything_listens(db: Database) -> None:
+    async with resuming(db) as (svc, _):
+        task_id, session_id = await new_session(svc)
+        pending_id, _, _ = await strand(svc, db, session_id)
+    # As a crash after the claim can leave it: no summary says a question is pending.
+    async with db.write() as conn:
+        await conn.execute(delete(task_status_summaries).where(task_status_summaries.c.task_id == task_id))
+    bus = EventBus("memory://")
+    await bus.connect()
+    services = Services.build(Deps(db=db, bus=bus, settings=Settings(database_url=db.url)))
+    try:
+        await startup.start(services)
+        # Recovery restored the claimed row; its events went out before the projector listened, so
+        # only the startup step itself can have written this summary.
+        assert [r["status"] for r in await rows(db, pending_id)] == ["pending"]
+        async with db.read() as conn:
+            summary = (await summaries.read_summaries(conn, [task_id]))[task_id]
+        assert summary.pending_action == "clarification"
+    finally:
+        await startup.stop(services)
+        await bus.disconnect()
