@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: install assets browser run serve test test-fast lint fmt schema bench clean
+.PHONY: install assets browser run serve test test-fast lint fmt schema bench scenarios clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,10 @@ test: install assets browser lint
 
 test-fast: install
 	$(BIN)/python -m pytest -q -x -m "not browser" $(PYTEST_ARGS)
+
+# Scenario -> tests matrix from the `scenario` markers; fails while a scenario has no test.
+scenarios: install
+	$(BIN)/python scripts/scenarios.py
 
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -31,31 +31,37 @@ def _settings(args: argparse.Namespace) -> Settings:
     return dataclasses.replace(settings, **overrides)
 
 
-def _serve(settings: Settings, *, demo: bool = False) -> None:
+def _serve(settings: Settings, *, demo: bool = False) -> int:
     from backend.api.app import create_app
 
-    app = create_app(settings)
+    after_start = None
     if demo:
-        from backend import demo as demo_data
+        from backend.services.container import Services
 
-        async def seed(services: object) -> None:
-            from backend.services.container import Services
-
-            assert isinstance(services, Services)
-            await demo_data.seed(services)
-
-        app.state.runtime.startup_steps.append(seed)
-
-        async def start_demo_agent(services: object) -> None:
-            # Connects through the API like any agent, once the server admits traffic.
+        async def seed_and_start_agent(services: Services) -> None:
+            from backend import demo as demo_data
             from backend.executors.demo_agent import DemoAgent
 
-            assert settings.bootstrap_token is not None
+            await demo_data.seed(services)
+            if settings.bootstrap_token is None:
+                raise RuntimeError("the demo agent needs TURNWISE_BOOTSTRAP_TOKEN")
+            # Connects through the API like any agent, once the server admits traffic.
             agent = DemoAgent(f"http://{settings.host}:{settings.port}", settings.bootstrap_token)
             app.state.demo_agent = asyncio.get_running_loop().create_task(agent.run())
 
-        app.state.runtime.startup_steps.append(start_demo_agent)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", ws="websockets-sansio")
+        after_start = seed_and_start_agent
+    app = create_app(settings, after_start=after_start)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", ws="websockets-sansio")
+    except SystemExit as exc:
+        if app.state.runtime.failure is None:
+            raise
+        print(f"turnwise: startup failed, not serving: {app.state.runtime.failure}", file=sys.stderr)
+        return exc.code if isinstance(exc.code, int) and exc.code else 1
+    if app.state.runtime.failure is not None:
+        print(f"turnwise: startup failed, not serving: {app.state.runtime.failure}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _demo_token() -> str:
@@ -70,8 +76,7 @@ def _demo_token() -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    _serve(_settings(args))
-    return 0
+    return _serve(_settings(args))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -87,8 +92,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"  database:  {settings.database_url}\n",
         flush=True,
     )
-    _serve(settings, demo=True)
-    return 0
+    return _serve(settings, demo=True)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

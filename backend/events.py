@@ -13,6 +13,8 @@ from typing import Any
 
 from broadcaster import Broadcast
 
+from backend import faults
+
 log = logging.getLogger("turnwise.events")
 
 SESSION_CHANNEL = "turnwise.session"
@@ -41,6 +43,7 @@ class EventBus:
 
     @asynccontextmanager
     async def subscribe(self, channel: str) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        await faults.hit("bus.subscribe")  # lets a test prove that nothing subscribed
         async with self._broadcast.subscribe(channel=channel) as subscriber:
 
             async def events() -> AsyncIterator[dict[str, Any]]:

@@ -33,10 +33,6 @@ def configured() -> frozenset[str]:
     return _points
 
 
-def enabled(name: str) -> bool:
-    return name in _points
-
-
 async def hit(name: str) -> None:
     if name in _points:
         log.warning("fault point reached: exiting", extra={"event": "fault.crash", "point": name})

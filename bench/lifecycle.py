@@ -23,6 +23,7 @@ from backend.domain.lifecycle import Answer, Answered, Asked, validate_questions
 from backend.events import EventBus
 from backend.repository import clarifications as repo
 from backend.repository import locks, tasks, turns
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
 from bench.common import fresh_database, pct, write_result
@@ -65,7 +66,7 @@ async def _service_round(services: Services, session_ids: list[str]) -> tuple[li
 
     async def one(pending_id: str, wait: asyncio.Future[Any]) -> None:
         start = time.perf_counter()
-        await services.clarifications.respond(pending_id, ANSWER, rejected=False)
+        await services.clarifications.respond(pending_id, ANSWER, rejected=False, authorize=trusted)
         outcome = await wait
         assert isinstance(outcome, Answered)
         latencies.append(time.perf_counter() - start)
@@ -153,7 +154,9 @@ async def run() -> dict[str, Any]:
         wait = asyncio.ensure_future(stream.__anext__())
         await asyncio.sleep(0.01)
         before_tx, before_st = counter.transactions, db.statements
-        await services.clarifications.respond(asked.bundle.pending_id, ANSWER, rejected=False)
+        await services.clarifications.respond(
+            asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted
+        )
         await wait
         tx_per_respond = counter.transactions - before_tx
         statements_per_respond = db.statements - before_st

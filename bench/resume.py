@@ -17,6 +17,7 @@ from backend.db.tables import task_session_messages, task_session_turns, task_se
 from backend.domain.lifecycle import Answer, Detached
 from backend.events import EventBus
 from backend.repository import reservations
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
 from bench.common import fresh_database, median, pct, run, write_result
@@ -65,7 +66,7 @@ async def bench_dispatch(dialect: str) -> dict[str, Any]:
             pending_id = asked.bundle.pending_id  # type: ignore[union-attr]
             start = time.perf_counter()
             result = await services.clarifications.respond(
-                pending_id, [Answer("q1", ("q1_opt1",), None)], rejected=False
+                pending_id, [Answer("q1", ("q1_opt1",), None)], rejected=False, authorize=trusted
             )
             elapsed = time.perf_counter() - start
             assert getattr(result, "resumed", False), result

@@ -1,11 +1,11 @@
-"""The Starlette application: lifespan (migrate, epoch, recovery, bus), health, GraphQL, web app."""
+"""The Starlette application: lifespan (migrate, epoch, startup sequence), health, GraphQL, web app."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,15 +19,14 @@ from backend.api.schema import build_schema
 from backend.api.web import web_routes
 from backend.config import Settings
 from backend.db import migrate
-from backend.db.engine import Database
+from backend.db.engine import STORAGE_ERRORS, Database
 from backend.events import EventBus
 from backend.repository import meta
+from backend.services import startup
 from backend.services.container import Services
 from backend.services.context import Deps
 
 log = logging.getLogger("turnwise.app")
-
-StartupStep = Callable[[Services], Awaitable[None]]
 
 
 @dataclass
@@ -36,68 +35,48 @@ class Runtime:
     services: Services
     ready: bool = False
     epoch: int = 0
-    startup_steps: list[StartupStep] = field(default_factory=list)
-    # Run in reverse order when the server stops, before the bus and the database close.
-    shutdown_steps: list[StartupStep] = field(default_factory=list)
+    # Why startup stopped, for `turnwise serve` to report and exit non-zero.
+    failure: str | None = None
 
 
-async def _start_clarifications(services: Services) -> None:
-    await services.recovery.run()
-    await services.waiters.start()
-
-
-async def _stop_clarifications(services: Services) -> None:
-    await services.waiters.stop()
-
-
-async def _start_resume(services: Services) -> None:
-    # Step 3 of recovery, after reservations and delivery intents: replay missed start events.
-    await services.resume_recovery.replay_outbox()
-    await services.watchdogs.start()
-
-
-async def _stop_resume(services: Services) -> None:
-    await services.watchdogs.stop()
-
-
-def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
+def create_app(
+    settings: Settings,
+    *,
+    auto_migrate: bool = True,
+    after_start: Callable[[Services], Awaitable[None]] | None = None,
+) -> Starlette:
+    """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
     db = Database(settings.database_url)
     bus = EventBus(settings.broadcast_url)
     services = Services.build(Deps(db=db, bus=bus, settings=settings))
     runtime = Runtime(settings=settings, services=services)
     faults.configure(settings.fault_points)
-    # Clarification claims and orphaned waiters are recovered before the waiter hub takes hand-offs.
-    runtime.startup_steps.append(_start_clarifications)
-    runtime.shutdown_steps.append(_stop_clarifications)
-    runtime.startup_steps.append(_start_resume)
-    runtime.shutdown_steps.append(_stop_resume)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if auto_migrate:
-            await migrate.upgrade(db)
-        elif not await migrate.is_current(db):
-            raise RuntimeError("database schema is not current: run `turnwise migrate`")
-        async with db.write() as conn:
-            runtime.epoch = await meta.advance_epoch(conn)
-        await bus.connect()
-        # One bus subscription per channel for the whole process; subscriptions fan out from it.
-        await services.live.start()
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         try:
-            # Recovery runs before the server admits traffic; an error stops startup.
-            for step in runtime.startup_steps:
-                await step(services)
-            runtime.ready = True
-            log.info("turnwise ready", extra={"epoch": runtime.epoch})
+            if auto_migrate:
+                await migrate.upgrade(db)
+            elif not await migrate.is_current(db):
+                raise RuntimeError("database schema is not current: run `turnwise migrate`")
+            async with db.write() as conn:
+                runtime.epoch = await meta.advance_epoch(conn)
+            # Connected to publish recovery's events; nothing subscribes before recovery finished.
+            await bus.connect()
+            # The whole order lives in backend/services/startup.py; a failing step stops startup.
+            await startup.start(services, then=after_start)
+        except Exception as exc:
+            runtime.failure = str(exc)
+            await bus.disconnect()
+            await db.dispose()
+            raise
+        runtime.ready = True
+        log.info("turnwise ready", extra={"event": "startup.ready", "epoch": runtime.epoch})
+        try:
             yield
         finally:
             runtime.ready = False
-            for stop in reversed(runtime.shutdown_steps):
-                try:
-                    await stop(services)
-                except Exception:
-                    log.exception("shutdown step failed")
-            await services.live.stop()
+            await startup.stop(services)
             await bus.disconnect()
             await db.dispose()
 
@@ -111,7 +90,7 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
         try:
             if not await migrate.is_current(db):
                 problems.append("migrations not current")
-        except Exception as exc:  # the database itself is unreachable
+        except STORAGE_ERRORS as exc:  # the database itself is unreachable
             problems.append(f"database unreachable: {type(exc).__name__}")
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)

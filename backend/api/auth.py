@@ -24,9 +24,6 @@ class Principal:
     def is_admin(self) -> bool:
         return self.role == "admin"
 
-    def require_reader(self) -> None:
-        """Any authenticated principal may read; per-task access is checked by the access rules."""
-
     def require_admin(self) -> None:
         if not self.is_admin:
             raise Forbidden("this operation needs the admin role")

@@ -198,7 +198,7 @@ class ClarificationQueries:
         principal = info.context.principal
         try:
             bundle = await info.context.services.clarifications.bundle(
-                str(pending_id), lambda task_id: require_task_read(principal, task_id)
+                str(pending_id), authorize=lambda task_id, _session_id: require_task_read(principal, task_id)
             )
         except NotFound:
             return None
@@ -219,7 +219,7 @@ class ClarificationMutations:
     ) -> RespondToClarificationResult:
         principal = info.context.principal
 
-        def authorize(task_id: str) -> None:
+        def authorize(task_id: str, _session_id: str | None) -> None:
             try:
                 require_task_answer(principal, task_id)
             except NotFound:
@@ -241,10 +241,15 @@ class ClarificationMutations:
     )
     async def cancel_clarification(self, info: Info[Context, None], pending_id: strawberry.ID) -> bool:
         principal = info.context.principal
+
+        def authorize(_task_id: str, session_id: str | None) -> None:
+            # Only the agent waiting on it (or an admin) withdraws a question; to others it is unknown.
+            if session_id is None:
+                raise NotFound("clarification", str(pending_id))
+            require_session_agent(principal, session_id)
+
         try:
-            return await info.context.services.clarifications.cancel(
-                str(pending_id), lambda session_id: require_session_agent(principal, session_id)
-            )
+            return await info.context.services.clarifications.cancel(str(pending_id), authorize=authorize)
         except NotFound:
             return False
 
@@ -254,7 +259,7 @@ class ClarificationMutations:
     ) -> AdvanceTaskResult:
         principal = info.context.principal
         result = await info.context.services.clarifications.advance_task(
-            str(task_id), to_step, lambda t: require_task_answer(principal, t)
+            str(task_id), to_step, authorize=lambda t, _session_id: require_task_answer(principal, t)
         )
         if isinstance(result, AdvanceBlocked):
             return TaskAdvanceBlocked(

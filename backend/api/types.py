@@ -23,7 +23,12 @@ from backend.domain.records import (
     TaskRecord,
     TurnRecord,
 )
-from backend.domain.states import ClarificationStatus, PendingActionKind, SessionState
+from backend.domain.states import (
+    MESSAGE_KIND_CLARIFICATION,
+    ClarificationStatus,
+    PendingActionKind,
+    SessionState,
+)
 from backend.services.summaries import TaskView
 
 # The domain's enums are the GraphQL enums: one definition each, registered under the contract's names.
@@ -197,7 +202,7 @@ class Message:
 
     @classmethod
     def of(cls, m: MessageRecord) -> Message:
-        view = cq.question_view(m.metadata) if m.type == "clarification_request" else None
+        view = cq.question_view(m.metadata) if m.type == MESSAGE_KIND_CLARIFICATION else None
         return cls(
             id=strawberry.ID(m.id),
             session_id=strawberry.ID(m.session_id),

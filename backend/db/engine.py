@@ -10,8 +10,15 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+
+from backend.faults import InjectedFault
+
+# How a failing database (or a fault point standing in for one) reaches the code above it: callers that
+# must fail closed catch exactly these, so a programming error is never mistaken for an outage.
+STORAGE_ERRORS = (SQLAlchemyError, OSError, InjectedFault)
 
 
 def utcnow() -> dt.datetime:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class TurnwiseError(Exception):
     """Base of every error whose message is safe to show a client."""
@@ -60,3 +64,15 @@ class SummaryConvergenceError(TurnwiseError):
     def __init__(self, task_ids: list[str]) -> None:
         super().__init__(f"task summaries did not converge: {', '.join(sorted(task_ids))}")
         self.task_ids = task_ids
+
+
+class BrokenInvariant(RuntimeError):
+    """A rule the code relies on did not hold: a defect, reported as an internal error (not a
+    TurnwiseError, whose message a client may see). Raised explicitly: `assert` vanishes under -O."""
+
+
+def present(value: T | None, what: str) -> T:
+    """`value`, which the caller's invariant says exists; BrokenInvariant naming `what` otherwise."""
+    if value is None:
+        raise BrokenInvariant(f"{what} is missing")
+    return value

@@ -202,10 +202,6 @@ class Bundle:
         )
 
     @property
-    def claimed_rows(self) -> tuple[BundleRow, ...]:
-        return tuple(r for r in self.rows if r.claimed)
-
-    @property
     def waiter_id(self) -> str | None:
         for r in self.pending_rows:
             value = r.metadata.get("waiter_id")

@@ -31,8 +31,8 @@ def resume_prompt(
     by_question = {a.question_id: a for a in answers}
     asked: list[tuple[str, Mapping[str, Any], Answer | None]] = []
     for md in rows:
-        question = md.get("question") if isinstance(md.get("question"), dict) else {}
-        assert isinstance(question, dict)
+        raw = md.get("question")
+        question: Mapping[str, Any] = raw if isinstance(raw, dict) else {}
         prompt = str(question.get("prompt") or "")
         asked.append((prompt, question, by_question.get(str(md.get("question_id") or ""))))
     if rejected:

@@ -134,14 +134,17 @@ class DemoAgent:
                 log.warning("prompt channel lost; reconnecting", exc_info=True)
             await asyncio.sleep(1)
 
+    def _session(self) -> str:
+        if self.session_id is None:
+            raise RuntimeError("the demo agent has no session yet")
+        return self.session_id
+
     async def say(self, text: str) -> None:
-        assert self.session_id is not None
-        await self.execute(POST, {"s": self.session_id, "c": text})
+        await self.execute(POST, {"s": self._session(), "c": text})
 
     async def cycle(self, questions: dict[str, Any]) -> str:
         """One turn with one question; returns how it ended (answered live, or resumed later)."""
-        session_id = self.session_id
-        assert session_id is not None
+        session_id = self._session()
         turn_id = str((await self.execute(START, {"s": session_id}))["startTurn"]["id"])
         await self.say("Working on the webhook service. I need one decision from you.")
         outcome: dict[str, Any] = {}
@@ -182,8 +185,12 @@ class DemoAgent:
                     await asyncio.sleep(self.pause)
         finally:
             runner.cancel()
-            with contextlib.suppress(BaseException):
+            try:
                 await runner
+            except asyncio.CancelledError:
+                pass
+            except Exception:
+                log.exception("demo agent prompt runner had failed")
             await self.http.aclose()
         return ended
 

@@ -24,6 +24,10 @@ from backend.domain.states import (
 
 Col = ColumnElement[Any]
 
+# The turn metadata keys the rule reads (reservations write them; see repository/reservations.py).
+PENDING = "prompt_dispatch_pending"
+ATTEMPTED = "prompt_dispatch_attempted"
+
 
 def has_message_evidence(turn_id: Col) -> ColumnElement[bool]:
     evidence = M.alias("evidence")
@@ -36,8 +40,8 @@ def is_authoritative_turn(turn: Any) -> ColumnElement[bool]:
     return and_(
         not_(json_flag(md, "lifecycle_only")),
         or_(
-            not_(json_flag(md, "prompt_dispatch_pending")),
-            json_flag(md, "prompt_dispatch_attempted"),
+            not_(json_flag(md, PENDING)),
+            json_flag(md, ATTEMPTED),
             has_message_evidence(turn.c.id),
         ),
     )
@@ -45,7 +49,7 @@ def is_authoritative_turn(turn: Any) -> ColumnElement[bool]:
 
 def is_visible_turn(turn: Any) -> ColumnElement[bool]:
     """Client turn history hides unpublished reservations until published or referenced by a message."""
-    return or_(not_(json_flag(turn.c.metadata, "prompt_dispatch_pending")), has_message_evidence(turn.c.id))
+    return or_(not_(json_flag(turn.c.metadata, PENDING)), has_message_evidence(turn.c.id))
 
 
 def _newest_authoritative(session_id: Col, *, open_turns: bool) -> ScalarSelect[Any]:

@@ -36,8 +36,3 @@ async def advance_epoch(conn: AsyncConnection) -> int:
     nxt = parse_epoch(current) + 1
     await conn.execute(update(meta).where(meta.c.key == EPOCH_KEY).values(value=str(nxt)))
     return nxt
-
-
-async def read_epoch(conn: AsyncConnection) -> int:
-    value = (await conn.execute(select(meta.c.value).where(meta.c.key == EPOCH_KEY))).scalar_one_or_none()
-    return 0 if value is None else parse_epoch(value)

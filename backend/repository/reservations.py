@@ -22,10 +22,9 @@ from backend.db.tables import task_session_turns as T
 from backend.db.tables import task_sessions as S
 from backend.domain.records import TurnRecord
 from backend.repository import rows, turns
-from backend.repository.authority import has_message_evidence
+from backend.repository.authority import ATTEMPTED, PENDING, has_message_evidence
 
-PENDING = "prompt_dispatch_pending"
-ATTEMPTED = "prompt_dispatch_attempted"
+__all__ = ["ATTEMPTED", "PENDING"]  # defined beside the rule that reads them
 SOURCE_PENDING_ID = "prompt_dispatch_clarification_pending_id"
 SOURCE_TURN_ID = "prompt_dispatch_clarification_turn_id"
 SOURCE_MESSAGE_IDS = "prompt_dispatch_clarification_message_ids"
@@ -191,14 +190,18 @@ async def stored_reservations(
         .order_by(T.c.id)
         .limit(limit)
     )
-    out: list[StoredReservation] = []
-    for r in await conn.execute(query):
-        try:
-            md = rows.metadata_of(r.metadata, where=f"turn {r.id}")
-        except Exception:
-            md = {"__corrupt__": True}
-        out.append(StoredReservation(r.id, r.session_id, r.task_id, md, bool(r.has_evidence)))
-    return out
+    # Only object metadata can carry the reservation marker the query selects on, so CorruptData here
+    # means the database changed under us: it fails recovery loudly instead of being papered over.
+    return [
+        StoredReservation(
+            r.id,
+            r.session_id,
+            r.task_id,
+            rows.metadata_of(r.metadata, where=f"turn {r.id}"),
+            bool(r.has_evidence),
+        )
+        for r in await conn.execute(query)
+    ]
 
 
 async def claimed_row_facts(

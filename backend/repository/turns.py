@@ -16,7 +16,7 @@ from backend.domain.errors import InvalidState, NotFound
 from backend.domain.ids import new_id
 from backend.domain.records import TurnRecord
 from backend.repository import rows
-from backend.repository.authority import current_turn_id, is_visible_turn
+from backend.repository.authority import PENDING, current_turn_id, is_visible_turn
 
 _TICK = dt.timedelta(microseconds=1)
 
@@ -92,7 +92,7 @@ async def close_predecessors(conn: AsyncConnection, successor_ids: Sequence[str]
             T.c.completed_at.is_(None),
             T.c.id.not_in(list(successor_ids)),
             not_(json_flag(T.c.metadata, "lifecycle_only")),
-            not_(json_flag(T.c.metadata, "prompt_dispatch_pending")),
+            not_(json_flag(T.c.metadata, PENDING)),
             exists().where(newer),
         )
         .values(completed_at=select(func.min(succ.c.started_at)).where(newer).scalar_subquery())

@@ -7,7 +7,7 @@ import secrets
 from dataclasses import dataclass
 
 from backend.domain.errors import InvalidInput
-from backend.repository import access, messages, tasks, turns
+from backend.repository import access, tasks, turns
 from backend.repository.access import Identity, UserRecord
 from backend.services.context import Deps
 
@@ -96,9 +96,3 @@ class Access:
         async with self.deps.db.read() as conn:
             turn = await turns.get_turn(conn, turn_id)
             return (await tasks.get_session(conn, turn.session_id)).task_id, turn.session_id
-
-    async def message_owner(self, message_id: str) -> tuple[str, str]:
-        """(task, session) of a message."""
-        async with self.deps.db.read() as conn:
-            message = await messages.get_message(conn, message_id)
-            return (await tasks.get_session(conn, message.session_id)).task_id, message.session_id

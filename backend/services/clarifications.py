@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
-from backend.domain.errors import InvalidInput, InvalidState, NotFound
+from backend.db.engine import STORAGE_ERRORS
+from backend.domain.errors import CorruptData, InvalidInput, InvalidState, NotFound, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
     CLAIM_KEY,
@@ -53,17 +54,19 @@ from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.resume import NotWiredResumer, Resumer
-from backend.services.waiters import Notice, Waiter, WaiterHub
+from backend.services.waiters import Notice, NoticeKind, Waiter, WaiterHub
 
 log = logging.getLogger("turnwise.clarification")
 
 T = TypeVar("T")
-Authorize = Callable[[str], None]
+# Raises (NotFound, Forbidden) unless the caller may act on the bundle or task: called with the task
+# id and, where one is concerned, the session id. Every entry point requires one; there is no default.
+Authorize = Callable[[str, str | None], None]
 MAX_STEP = 200
 
 
-def _allow(_: str) -> None:
-    """No access rule (internal callers, tests); the API always passes its own."""
+def trusted(_task_id: str, _session_id: str | None) -> None:
+    """The authorizer of in-process callers acting for the system itself (never the API's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,16 +140,16 @@ class Clarifications:
         instance = bundle.waiter_instance
         heartbeat = None
         if self.hub.needs_heartbeat(instance):
-            assert instance is not None
-            heartbeat = (await instances.heartbeats(conn, [instance])).get(instance)
+            known = present(instance, "waiter instance")
+            heartbeat = (await instances.heartbeats(conn, [known])).get(known)
         alive = self.hub.alive(instance, bundle.waiter_id, heartbeat)
         return replace(bundle, waiter_alive=alive) if alive else bundle
 
-    async def bundle(self, pending_id: str, authorize: Authorize = _allow) -> Bundle | None:
+    async def bundle(self, pending_id: str, *, authorize: Authorize) -> Bundle | None:
         async with self.deps.db.read() as conn:
             bundle = await self._load(conn, pending_id)
         if bundle is not None:
-            authorize(bundle.task_id)
+            authorize(bundle.task_id, bundle.session_id)
         return bundle
 
     async def active_bundles(self, session_ids: Sequence[str]) -> dict[str, Bundle]:
@@ -193,8 +196,8 @@ class Clarifications:
             # A hand-off nobody will confirm now: refuse it at once, so its responder restores the
             # claim instead of waiting out the live confirmation bound.
             for notice in _drain(waiter):
-                assert notice.claim is not None
-                await self._bounded(self.hub.confirm(notice.reply_to, notice.claim.claim_id, False))
+                claim = present(notice.claim, "hand-off claim")
+                await self._bounded(self.hub.confirm(notice.reply_to, claim.claim_id, False))
             if not waiter.finished and waiter.pending_id is not None:
                 # Client disconnect: detach in a context the cancelled request cannot abort.
                 waiter.finished = True
@@ -244,7 +247,7 @@ class Clarifications:
                 await tasks.set_session_state(conn, session_id, SessionState.WAITING_FOR_INPUT.value)
             await tasks.bump_pending_seq(conn, session_id)
             bundle = await self._load(conn, pending_id)
-        assert bundle is not None
+        bundle = present(bundle, f"bundle {pending_id} just written")
         log.info(
             "clarification asked" if reused is None else "clarification re-attached",
             extra={
@@ -274,7 +277,7 @@ class Clarifications:
     async def _wait(self, waiter: Waiter, wait_seconds: float) -> WaitOutcome:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
-        assert waiter.pending_id is not None
+        pending_id = present(waiter.pending_id, "waiter's bundle")
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -286,7 +289,7 @@ class Clarifications:
                     notice = await waiter.queue.get()
             except TimeoutError:
                 break
-            if notice.kind == "handoff" and notice.claim is not None:
+            if notice.kind == NoticeKind.HANDOFF and notice.claim is not None:
                 confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
                 if confirmed is not None:
                     return confirmed
@@ -300,19 +303,18 @@ class Clarifications:
         # A hand-off can land as the wait runs out (queued while the timed-out get was being
         # cancelled): its responder already holds a claim and waits on this waiter, so deliver it.
         for notice in _drain(waiter):
-            assert notice.claim is not None
-            confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
+            confirmed = await self._confirm(waiter, present(notice.claim, "hand-off claim"), notice.reply_to)
             if confirmed is not None:
                 return confirmed
         await self._bounded(self._detach(waiter, "timeout"))
-        return Detached(waiter.pending_id)
+        return Detached(pending_id)
 
     async def _ended_elsewhere(self, waiter: Waiter) -> WaitOutcome | None:
         """After a session event: has something else ended this waiter's hold on its bundle?"""
-        assert waiter.pending_id is not None
-        bundle = await self.bundle(waiter.pending_id)
+        pending_id = present(waiter.pending_id, "waiter's bundle")
+        bundle = await self.bundle(pending_id, authorize=trusted)
         if bundle is None:
-            return Closed(waiter.pending_id, ClarificationStatus.CANCELLED.value)
+            return Closed(pending_id, ClarificationStatus.CANCELLED.value)
         state = bundle.state
         if state == BundleState.DELIVERY_CLAIMED:
             return None  # a hand-off is on its way (or its responder will restore the claim)
@@ -329,20 +331,20 @@ class Clarifications:
                     "status": status,
                 },
             )
-            return Closed(waiter.pending_id, status)
+            return Closed(pending_id, status)
         # Detached by turn teardown, superseded by a newer turn, or taken over by a newer waiter.
         log.info(
             "waiter released",
             extra={"event": "clarification.waiter_detached", "pending_id": bundle.pending_id, "state": state},
         )
-        return Detached(waiter.pending_id)
+        return Detached(pending_id)
 
     async def _detach(self, waiter: Waiter, reason: str) -> None:
-        assert waiter.pending_id is not None
+        pending_id = present(waiter.pending_id, "waiter's bundle")
         async with self.deps.db.write() as conn:
             await locks.lock_sessions(conn, [waiter.session_id])
             changed = await repo.detach(
-                conn, waiter.session_id, pending_id=waiter.pending_id, waiter_id=waiter.waiter_id
+                conn, waiter.session_id, pending_id=pending_id, waiter_id=waiter.waiter_id
             )
             session = await tasks.get_session(conn, waiter.session_id) if changed else None
         if session is None:
@@ -415,7 +417,7 @@ class Clarifications:
         answers: Sequence[Answer],
         *,
         rejected: bool,
-        authorize: Authorize = _allow,
+        authorize: Authorize,
     ) -> RespondOutcome:
         async with self.deps.db.write() as conn:
             session_id = await repo.session_of_bundle(conn, pending_id)
@@ -425,11 +427,10 @@ class Clarifications:
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 raise NotFound("clarification", pending_id)
-            authorize(bundle.task_id)
+            authorize(bundle.task_id, bundle.session_id)
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:
-                assert decision.conflict is not None
-                return Conflict(pending_id, decision.conflict, bundle)
+                return Conflict(pending_id, present(decision.conflict, "conflict reason"), bundle)
             valid = validate_answers(bundle, answers, rejected=rejected)
             live = decision.action == RespondAction.DELIVER_LIVE
             claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
@@ -463,13 +464,13 @@ class Clarifications:
         if claim_id is None:
             await self._publish(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
             return Responded(after, resumed=False)
-        assert bundle.turn_id is not None
+        turn_id = present(bundle.turn_id, f"turn of bundle {pending_id}")
         claim = Claim(
             claim_id=claim_id,
             pending_id=pending_id,
             session_id=session_id,
             task_id=bundle.task_id,
-            turn_id=bundle.turn_id,
+            turn_id=turn_id,
             message_ids=tuple(r.id for r in claimed),
             answers=tuple(valid[q] for q in sorted(valid)),
             rejected=rejected,
@@ -486,15 +487,17 @@ class Clarifications:
         )
 
     async def _deliver_live(self, claim: Claim, bundle: Bundle, after: Bundle) -> RespondOutcome:
-        assert bundle.waiter_instance is not None and bundle.waiter_id is not None
+        instance = present(bundle.waiter_instance, "live waiter's instance")
+        waiter_id = present(bundle.waiter_id, "live waiter")
         async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
             try:
-                await self.hub.hand_off(bundle.waiter_instance, bundle.waiter_id, claim)
-                confirmed = await self._await_confirmation(confirmation, bundle.waiter_instance)
+                await self.hub.hand_off(instance, waiter_id, claim)
+                confirmed = await self._await_confirmation(confirmation, instance)
             except Exception:
                 log.warning(
                     "live delivery not confirmed",
                     extra={"event": "clarification.delivery_unconfirmed", "claim_id": claim.claim_id},
+                    exc_info=True,
                 )
                 confirmed = False
         if confirmed:
@@ -577,6 +580,11 @@ class Clarifications:
                 try:
                     await self.refresh_summaries([claim.task_id])
                 except Exception as exc:
+                    log.warning(
+                        "summary not acknowledged after restore",
+                        extra={"event": "clarification.summary_unconverged", "claim_id": claim.claim_id},
+                        exc_info=True,
+                    )
                     converged = f"; task summary not yet converged ({exc})"
             # Published even when the summary acknowledgement failed: durable pending state is the truth.
             # A failed publication is reported too; the answer stays safe to retry either way.
@@ -604,7 +612,7 @@ class Clarifications:
 
     # --- cancel ---------------------------------------------------------------------------------
 
-    async def cancel(self, pending_id: str, authorize: Authorize = _allow) -> bool:
+    async def cancel(self, pending_id: str, *, authorize: Authorize) -> bool:
         """Cancel a request still owned by a live waiter; False for anything else (nothing written)."""
         async with self.deps.db.write() as conn:
             session_id = await repo.session_of_bundle(conn, pending_id)
@@ -614,7 +622,7 @@ class Clarifications:
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 return False
-            authorize(bundle.session_id)
+            authorize(bundle.task_id, bundle.session_id)
             if bundle.state != BundleState.ACTIVE_LIVE:
                 return False
             changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
@@ -632,20 +640,20 @@ class Clarifications:
     # --- workflow guard -------------------------------------------------------------------------
 
     async def advance_task(
-        self, task_id: str, to_step: str, authorize: Authorize = _allow
+        self, task_id: str, to_step: str, *, authorize: Authorize
     ) -> TaskAdvanced | TaskAdvanceBlocked:
         step = to_step.strip()
         if not step or len(step) > MAX_STEP:
             raise InvalidInput("toStep", f"must be 1-{MAX_STEP} characters")
         async with self.deps.db.write() as conn:
             await tasks.get_task(conn, task_id)
-            authorize(task_id)
+            authorize(task_id, None)
             sessions = await tasks.list_sessions(conn, [task_id])
             await locks.lock_sessions(conn, [s.id for s in sessions])
             try:
                 faults.check("workflow_guard_read")
                 blocking = await repo.sessions_with_active_bundles(conn, task_id)
-            except Exception:
+            except (*STORAGE_ERRORS, CorruptData):  # not a programming error: those propagate
                 # Fail closed: an unreadable pending state never lets the workflow move on.
                 log.exception(
                     "workflow guard read failed", extra={"event": "workflow.guard_failed", "task_id": task_id}
@@ -665,7 +673,7 @@ def _drain(waiter: Waiter) -> list[Notice]:
     out = []
     while not waiter.queue.empty():
         notice = waiter.queue.get_nowait()
-        if notice.kind == "handoff" and notice.claim is not None:
+        if notice.kind == NoticeKind.HANDOFF and notice.claim is not None:
             out.append(notice)
     return out
 

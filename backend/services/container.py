@@ -43,14 +43,7 @@ class Services:
         orchestrator = Orchestrator(deps, executor_for(deps.settings, prompts))
         watchdogs = Watchdogs(deps, orchestrator)
         resume_recovery = ReservationRecovery(deps, orchestrator)
-        recovery = Recovery(deps, waiters)
-
-        async def recover_reservations() -> None:
-            await resume_recovery.recover_reservations()
-
-        # Reservations are reconciled first, before delivery intents (spec recovery order).
-        recovery.reservation_steps.append(recover_reservations)
-        recovery.owned_by_reservation = resume_recovery.owns
+        recovery = Recovery(deps, waiters, resume_recovery)
         return cls(
             deps=deps,
             operations=Operations(deps, reservations=orchestrator),

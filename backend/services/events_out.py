@@ -8,8 +8,6 @@ from backend.events import TASK_CHANNEL, EventBus, session_channel
 
 log = logging.getLogger("turnwise.events")
 
-PRIVATE_TURN_KEY_PREFIX = "prompt_dispatch_"
-
 
 async def publish_session_change(
     bus: EventBus,

@@ -22,6 +22,7 @@ from backend.domain.records import MessageRecord, SessionPending, SummaryRecord
 from backend.events import TASK_CHANNEL
 from backend.repository import messages as message_rows
 from backend.repository import pending
+from backend.services.background import stop_tasks
 from backend.services.context import Deps
 from backend.services.summaries import SUMMARY_CHANNEL, Summaries
 
@@ -136,11 +137,8 @@ class LiveHub:
         await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._subscribed)), 10)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(self._tasks, log, "live hub task")
+        self._tasks.clear()
         for watchers in (self._projections, self._session_events, self._summaries):
             for w in watchers:
                 w.mailbox.close()

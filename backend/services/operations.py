@@ -10,7 +10,14 @@ from typing import Any, Protocol, TypeVar
 
 from backend.domain.errors import InvalidInput, InvalidState, StaleGeneration
 from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
-from backend.domain.states import AUTHORS, TERMINAL_SESSION_STATES, SessionState
+from backend.domain.states import (
+    AUTHORS,
+    MESSAGE_KIND_MESSAGE,
+    MESSAGE_KIND_PERMISSION,
+    TERMINAL_SESSION_STATES,
+    ClarificationStatus,
+    SessionState,
+)
 from backend.repository import clarifications, locks, messages, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
@@ -22,7 +29,9 @@ T = TypeVar("T")
 
 MAX_TITLE = 500
 MAX_CONTENT = 200_000
-POSTABLE_KINDS = frozenset({"message", "permission_request", "status", "tool_call", "thinking", "error"})
+POSTABLE_KINDS = frozenset(
+    {MESSAGE_KIND_MESSAGE, MESSAGE_KIND_PERMISSION, "status", "tool_call", "thinking", "error"}
+)
 
 
 def _text(field: str, value: str, *, limit: int, allow_empty: bool = False) -> str:
@@ -202,7 +211,7 @@ class Operations:
             raise InvalidInput("author", f"must be one of {', '.join(sorted(AUTHORS))}")
         if kind not in POSTABLE_KINDS:
             raise InvalidInput("kind", f"must be one of {', '.join(sorted(POSTABLE_KINDS))}")
-        metadata = {"status": "pending"} if kind == "permission_request" else {}
+        metadata = {"status": ClarificationStatus.PENDING.value} if kind == MESSAGE_KIND_PERMISSION else {}
         async with self.deps.db.write() as conn:
             await locks.lock_sessions(conn, [session_id])
             session = await tasks.get_session(conn, session_id)

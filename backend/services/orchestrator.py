@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from backend import faults
@@ -45,6 +47,9 @@ log = logging.getLogger("turnwise.resume")
 
 T = TypeVar("T")
 POLL_SECONDS = 0.05
+# Reservation turns remembered as this process's own (their events are not agent activity). Their
+# events reach the watchdogs moments after publication, so the newest ones suffice.
+OWN_TURNS_KEPT = 4096
 
 
 def executor_for(settings: Settings, prompts: PromptChannel) -> Executor:
@@ -61,13 +66,51 @@ def executor_for(settings: Settings, prompts: PromptChannel) -> Executor:
     raise ValueError(f"TURNWISE_EXECUTOR must be channel, webhook or scripted, not {kind!r}")
 
 
+class Outcome(StrEnum):
+    """Where a reservation of this process stands."""
+
+    OPEN = "open"  # reserved or dispatching: ready events of its session wait
+    REFUSED = "refused"  # admission found the clarification's turn superseded: nothing reserved
+    ROLLED_BACK = "rolled_back"
+    UNRESOLVED = "unresolved"  # the rollback failed: the session stays quarantined until restart
+    AMBIGUOUS = "ambiguous"  # may have reached the agent: kept, never sent again
+    PUBLISHED = "published"  # accepted (its start event published, or queued in the outbox)
+
+
 @dataclass
 class _Live:
     """A reservation of this process that has not resolved yet; ready events of its session wait."""
 
     turn_id: str
     resolved: asyncio.Event = field(default_factory=asyncio.Event)
-    outcome: str = ""
+    outcome: Outcome = Outcome.OPEN
+
+
+@dataclass
+class _Admission:
+    """A session's in-process admission lock and how many dispatches hold or wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+class RecentTurns:
+    """The newest `limit` turn ids, oldest forgotten first."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, turn_id: str) -> None:
+        self._ids[turn_id] = None
+        while len(self._ids) > self.limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, turn_id: object) -> bool:
+        return turn_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +133,15 @@ class Orchestrator:
     def __init__(self, deps: Deps, executor: Executor) -> None:
         self.deps = deps
         self.executor = executor
-        self._admission: dict[str, asyncio.Lock] = {}
+        # Per session, only while a dispatch holds or waits for it.
+        self._admission: dict[str, _Admission] = {}
         self._live: dict[str, _Live] = {}
         self._quarantined: dict[str, str] = {}
+        # Turns seen accepted whose durable state does not refuse a rollback yet (publication and
+        # the outbox move both make it refuse): an in-process rollback fails closed for them.
         self._accepted: set[str] = set()
         # Turns this process reserved: their events are the orchestrator's own, not agent activity.
-        self.own_turns: set[str] = set()
+        self.own_turns = RecentTurns(OWN_TURNS_KEPT)
         self._background: set[asyncio.Task[Any]] = set()
 
     @property
@@ -128,6 +174,16 @@ class Orchestrator:
     def quarantined(self, session_id: str) -> bool:
         return session_id in self._quarantined
 
+    def held(self) -> dict[str, int]:
+        """Sizes of the per-process state (each stays bounded whatever the traffic)."""
+        return {
+            "admission_locks": len(self._admission),
+            "accepted": len(self._accepted),
+            "own_turns": len(self.own_turns),
+            "live": len(self._live),
+            "quarantined": len(self._quarantined),
+        }
+
     async def dispatch_answer(
         self,
         *,
@@ -144,11 +200,14 @@ class Orchestrator:
         marker every failure is reported non-retryable."""
         loop = asyncio.get_running_loop()
         admit_by = loop.time() + self.settings.persistence_seconds
-        lock = self._admission.setdefault(session_id, asyncio.Lock())
+        lock = self._enter_admission(session_id)
         try:
             await asyncio.wait_for(lock.acquire(), self.settings.persistence_seconds)
-        except TimeoutError:
-            return ResumeOutcome(False, True, "the orchestrator did not admit the prompt in time")
+        except BaseException as exc:
+            self._leave_admission(session_id)
+            if isinstance(exc, TimeoutError):
+                return ResumeOutcome(False, True, "the orchestrator did not admit the prompt in time")
+            raise
         try:
             if session_id in self._quarantined:
                 return ResumeOutcome(
@@ -170,13 +229,26 @@ class Orchestrator:
                     origin=origin,
                 )
             finally:
-                if live.outcome != "unresolved":
+                if live.outcome != Outcome.UNRESOLVED:
                     live.resolved.set()
                     if self._live.get(session_id) is live:
                         del self._live[session_id]
             return outcome
         finally:
             lock.release()
+            self._leave_admission(session_id)
+
+    def _enter_admission(self, session_id: str) -> asyncio.Lock:
+        admission = self._admission.setdefault(session_id, _Admission())
+        admission.users += 1
+        return admission.lock
+
+    def _leave_admission(self, session_id: str) -> None:
+        """The lock is forgotten once no dispatch holds or waits for it."""
+        admission = self._admission[session_id]
+        admission.users -= 1
+        if admission.users == 0:
+            del self._admission[session_id]
 
     async def _admitted(
         self,
@@ -219,7 +291,7 @@ class Orchestrator:
             except _Busy:
                 await asyncio.sleep(POLL_SECONDS)
             except _Stale:
-                live.outcome = "refused"
+                live.outcome = Outcome.REFUSED
                 log.info("prompt refused: turn superseded", extra={"event": "resume.refused", **ids})
                 return ResumeOutcome(False, True, "the clarification's turn is no longer current")
             except (Exception, asyncio.CancelledError) as exc:
@@ -378,7 +450,7 @@ class Orchestrator:
             ok = False
         if not ok:
             # The reservation stays unresolved: ready events keep waiting, admission stays closed.
-            live.outcome = "unresolved"
+            live.outcome = Outcome.UNRESOLVED
             self._quarantined[session_id] = turn_id
             log.error("session quarantined", extra={"event": "resume.quarantined", **ids})
             if isinstance(cancelled, asyncio.CancelledError):
@@ -388,7 +460,7 @@ class Orchestrator:
                 False,
                 f"{why}; the reservation could not be rolled back and restart recovery resolves it",
             )
-        live.outcome = "rolled_back"
+        live.outcome = Outcome.ROLLED_BACK
         log.info("reservation rolled back", extra={"event": "resume.rolled_back", "why": why, **ids})
         if isinstance(cancelled, asyncio.CancelledError):
             raise cancelled
@@ -423,12 +495,14 @@ class Orchestrator:
             log.exception(
                 "publication failed after acceptance", extra={"event": "resume.publish_failed", **ids}
             )
-            await self._to_outbox(live, message_ids, claim_id, ids)
-            live.outcome = "published"
+            if await self._to_outbox(live, message_ids, claim_id, ids):
+                self._accepted.discard(live.turn_id)  # the outbox marker refuses a rollback now
+            live.outcome = Outcome.PUBLISHED
             return ResumeOutcome(
                 False, False, f"the agent took the answer but its turn could not be published ({exc})"
             )
-        live.outcome = "published"
+        live.outcome = Outcome.PUBLISHED
+        self._accepted.discard(live.turn_id)  # published: a rollback is refused durably now
         log.info("successor published", extra={"event": "resume.published", **ids})
         return ResumeOutcome(True, False)
 
@@ -461,11 +535,17 @@ class Orchestrator:
         ids: dict[str, Any],
     ) -> None:
         self._accepted.add(live.turn_id)  # may be running: never rolled back, never sent again
-        live.outcome = "ambiguous"
+        live.outcome = Outcome.AMBIGUOUS
         if not await self._to_outbox(live, message_ids, claim_id, ids):
             return
-        with contextlib.suppress(Exception):
+        self._accepted.discard(live.turn_id)  # the outbox marker refuses a rollback now
+        try:
             await self.replay_start([(live.turn_id, ids["session_id"], task_id, False)])
+        except Exception:
+            # The outbox keeps the marker: startup recovery replays the start event.
+            log.warning(
+                "start event left to the outbox", extra={"event": "outbox.deferred", **ids}, exc_info=True
+            )
 
     async def replay_start(self, items: Sequence[tuple[str, str, str, bool]]) -> list[str]:
         """Publish `turn.started` (then `turn.completed` when already completed) for outbox turns and
@@ -526,7 +606,7 @@ class Orchestrator:
             if live is not None:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(live.resolved.wait(), remaining)
-                if live.outcome == "unresolved":
+                if live.outcome == Outcome.UNRESOLVED:
                     await asyncio.sleep(min(POLL_SECONDS, max(remaining, 0)))
             else:
                 await asyncio.sleep(min(POLL_SECONDS, remaining))

@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
+from backend import faults
 from backend.domain.clarification import flag
 from backend.domain.ids import new_id
 from backend.executors.base import DispatchOutcome, DispatchResult, PromptRequest
-from backend.repository import runners, turns
+from backend.repository import reservations, runners, turns
 from backend.services.context import Deps
 
 log = logging.getLogger("turnwise.prompts")
@@ -63,9 +64,13 @@ class PromptChannel:
                 yield self._dispatches(events, runner_id, lost)
             finally:
                 renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await renewer
-                await asyncio.shield(self._release(runner_id))
+                except asyncio.CancelledError:
+                    pass
+                finally:
+                    # Released whatever became of the renewer: the next runner need not wait it out.
+                    await asyncio.shield(self._release(runner_id))
                 log.info(
                     "runner disconnected", extra={"event": "runner.disconnected", "session_id": session_id}
                 )
@@ -81,12 +86,27 @@ class PromptChannel:
             yield PromptRequest(**event["request"])
 
     async def _renew(self, runner_id: str, lost: asyncio.Event) -> None:
+        """Renew every third of the lease. A failed renewal is logged and retried; the holder stops
+        (lost) when the lease is gone, or when renewals kept failing for a whole lease."""
+        loop = asyncio.get_running_loop()
+        renewed_at = loop.time()
         while True:
             await asyncio.sleep(self.lease / 3)
-            async with self.deps.db.write() as conn:
-                if not await runners.renew(conn, runner_id, self.lease):
-                    lost.set()
-                    return
+            try:
+                faults.check("prompts.renew")
+                async with self.deps.db.write() as conn:
+                    held = await runners.renew(conn, runner_id, self.lease)
+            except Exception:
+                log.exception("runner lease renewal failed", extra={"event": "runner.renew_failed"})
+                if loop.time() - renewed_at < self.lease:
+                    continue
+                log.error("runner lease expired", extra={"event": "runner.lease_expired"})
+                lost.set()
+                return
+            if not held:
+                lost.set()
+                return
+            renewed_at = loop.time()
 
     async def _release(self, runner_id: str) -> None:
         async with self.deps.db.write() as conn:
@@ -122,7 +142,7 @@ class PromptChannel:
         still an outstanding (unpublished) dispatch; False tells the runner nobody waits for it."""
         async with self.deps.db.read() as conn:
             turn = await turns.get_turn(conn, turn_id)
-        outstanding = flag(turn.metadata.get("prompt_dispatch_pending"))
+        outstanding = flag(turn.metadata.get(reservations.PENDING))
         if outstanding:
             await self.deps.bus.publish(acks_channel(turn_id), {"turn_id": turn_id, "accepted": accepted})
         log.info(

@@ -1,23 +1,23 @@
 """Startup recovery of clarification claims and waiters, before the server admits traffic.
 
-Order (spec "Recovery order at startup"): prompt reservations first (registered by the resume
-service through `reservation_steps`), then response-delivery intents, then waiters whose process is
-gone. Intent recovery still runs when a reservation step failed; any error fails startup afterwards.
+Order (spec "Recovery order at startup"): prompt reservations first (`ReservationRecovery`), then
+response-delivery intents, then waiters whose process is gone. Intent recovery still runs when
+reservation recovery failed; any error fails startup afterwards. `backend/services/startup.py` runs
+this before anything listens to the bus.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from backend.db.engine import utcnow
 from backend.domain.errors import CorruptData
-from backend.domain.lifecycle import BundleRow
 from backend.repository import clarifications as repo
 from backend.repository import instances, locks, tasks
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
+from backend.services.resume_recovery import ReservationRecovery, ReservationRecoveryError
 from backend.services.waiters import WaiterHub
 
 log = logging.getLogger("turnwise.recovery")
@@ -31,24 +31,27 @@ class RecoveryFailed(RuntimeError):
 class Recovery:
     deps: Deps
     hub: WaiterHub
-    # Reservation recovery (next issue) appends here; it runs BEFORE delivery-intent recovery.
-    reservation_steps: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Rows whose claim belongs to a reservation that step 1 kept (malformed, kept for diagnosis):
-    # that reservation owns them, so intent recovery leaves them exactly as they are.
-    owned_by_reservation: Callable[[BundleRow], bool] | None = None
+    # Step 1. Rows whose claim belongs to a reservation it kept (malformed, kept for diagnosis) are
+    # owned by that reservation, so intent recovery leaves them exactly as they are.
+    reservations: ReservationRecovery
+    # Tasks whose rows recovery changed: their summaries are refreshed before the server goes live.
+    touched_tasks: set[str] = field(default_factory=set)
 
-    async def run(self) -> None:
+    async def run(self) -> set[str]:
+        """Reservations, delivery intents, orphaned waiters; returns the ids of the tasks touched."""
         errors: list[str] = []
-        for step in self.reservation_steps:
-            try:
-                await step()
-            except Exception as exc:
-                log.exception("reservation recovery failed", extra={"event": "recovery.reservations_failed"})
-                errors.append(f"reservation recovery: {exc}")
+        self.touched_tasks.clear()
+        try:
+            await self.reservations.recover_reservations()
+        except ReservationRecoveryError as exc:
+            log.exception("reservation recovery failed", extra={"event": "recovery.reservations_failed"})
+            errors.append(f"reservation recovery: {exc}")
         await self.recover_delivery_intents()
         await self.detach_orphaned_waiters()
+        touched = self.touched_tasks | self.reservations.touched_tasks
         if errors:
             raise RecoveryFailed("; ".join(errors))
+        return touched
 
     async def recover_delivery_intents(self) -> tuple[int, int]:
         """Restore unconfirmed claims whose turn is current in a live session; retire the rest.
@@ -56,9 +59,7 @@ class Recovery:
         One transaction and a constant number of statements, however many claims are stranded.
         """
         async with self.deps.db.write() as conn:
-            rows = await repo.delivery_intents(conn)
-            if self.owned_by_reservation is not None:
-                rows = [r for r in rows if not self.owned_by_reservation(r)]
+            rows = [r for r in await repo.delivery_intents(conn) if not self.reservations.owns(r)]
             if not rows:
                 return (0, 0)
             pending = [r.id for r in rows if r.is_pending]
@@ -73,6 +74,7 @@ class Recovery:
             task_of = {
                 s.id: s.task_id for s in await tasks.sessions_by_id(conn, {r.session_id for r in rows})
             }
+        self.touched_tasks.update(task_of.values())
         pending_of = {r.id: r.metadata.get("pending_id") for r in rows}
         for action, changed in (("restored", restored), ("retired", retired)):
             for message_id, session_id in changed:
@@ -121,6 +123,7 @@ class Recovery:
             changed = await repo.detach_rows(conn, orphaned)
             task_of = {s.id: s.task_id for s in await tasks.sessions_by_id(conn, {s for _, s in changed})}
             await instances.prune(conn, now - self.hub.stale_after)
+        self.touched_tasks.update(task_of.values())
         for message_id, session_id in changed:
             log.info(
                 "orphaned waiter detached",

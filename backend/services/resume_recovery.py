@@ -47,8 +47,6 @@ class RecoveryReport:
 def claim_identity(r: StoredReservation) -> tuple[str, str, list[str]]:
     """(source turn, pending id, claimed message ids) or ValueError naming what is malformed."""
     md = r.metadata
-    if md.get("__corrupt__"):
-        raise ValueError("metadata is not a JSON object")
     turn_id = md.get(reservations.SOURCE_TURN_ID)
     pending_id = md.get(reservations.SOURCE_PENDING_ID)
     ids = md.get(reservations.SOURCE_MESSAGE_IDS)
@@ -70,6 +68,8 @@ class ReservationRecovery:
         # Claims (and bundles) of reservations kept by the last run: their rows stay as they are.
         self._kept_claims: set[str] = set()
         self._kept_bundles: set[str] = set()
+        # Tasks whose rows or turns recovery changed (their summaries are refreshed before serving).
+        self.touched_tasks: set[str] = set()
 
     def owns(self, row: BundleRow) -> bool:
         """Does a reservation kept for diagnosis own this intent row? (intent recovery skips it)"""
@@ -91,6 +91,7 @@ class ReservationRecovery:
         report = RecoveryReport()
         self._kept_claims.clear()
         self._kept_bundles.clear()
+        self.touched_tasks.clear()
         after = ""
         while True:
             page_end = await self._page(after, report)
@@ -182,6 +183,8 @@ class ReservationRecovery:
                     },
                 )
         task_of = {r.session_id: r.task_id for r in page}
+        self.touched_tasks.update(task_of[s] for _, s in restored)
+        self.touched_tasks.update(r.task_id for r, _ in checked if r.id in deleted or r.id in moved)
         for message_id, session_id in restored:
             report.restored_messages.append(message_id)
             log.info(
@@ -207,6 +210,7 @@ class ReservationRecovery:
             if not page:
                 break
             after = page[-1].id
+            self.touched_tasks.update(t.task_id for t in page)
             try:
                 replayed += len(
                     await self.orchestrator.replay_start(

@@ -17,6 +17,7 @@ import datetime as dt
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from backend.db.engine import utcnow
@@ -24,6 +25,7 @@ from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.events import TASK_CHANNEL
 from backend.repository import instances
+from backend.services.background import stop_tasks
 from backend.services.context import Deps
 
 log = logging.getLogger("turnwise.clarification")
@@ -57,9 +59,14 @@ def claim_from_json(data: dict[str, Any]) -> Claim:
     )
 
 
+class NoticeKind(StrEnum):
+    HANDOFF = "handoff"  # a claimed answer for the waiter to confirm and deliver
+    WAKE = "wake"  # re-read the bundle: something about it changed
+
+
 @dataclass
 class Notice:
-    kind: str  # "handoff" | "wake"
+    kind: NoticeKind
     claim: Claim | None = None
     reply_to: str | None = None
 
@@ -77,7 +84,7 @@ class Waiter:
         # Coalesced: one queued wake re-reads the newest state, however many events arrived.
         if not self.wake_queued:
             self.wake_queued = True
-            self.queue.put_nowait(Notice("wake"))
+            self.queue.put_nowait(Notice(NoticeKind.WAKE))
 
 
 class WaiterHub:
@@ -117,16 +124,17 @@ class WaiterHub:
         log.info("waiter hub started", extra={"event": "waiters.started", "instance_id": self.instance_id})
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        await stop_tasks(self._tasks, log, "waiter hub task")
         self._tasks.clear()
         if self.started:
-            with contextlib.suppress(Exception):
+            try:
                 async with self.deps.db.write() as conn:
                     await instances.forget(conn, self.instance_id)
+            except Exception:
+                # Others treat this instance as gone once its heartbeat goes stale.
+                log.exception(
+                    "waiter hub could not forget its instance", extra={"event": "waiters.forget_failed"}
+                )
         self.started = False
 
     async def _listen(self, channel: str, handler: Any, ready: asyncio.Event) -> None:
@@ -234,7 +242,7 @@ class WaiterHub:
                 # instead of waiting out its bound.
                 await self.confirm(message.get("reply_to"), claim.claim_id, False)
                 return
-            waiter.queue.put_nowait(Notice("handoff", claim, message.get("reply_to")))
+            waiter.queue.put_nowait(Notice(NoticeKind.HANDOFF, claim, message.get("reply_to")))
         elif message.get("type") == "confirmed":
             future = self._confirmations.get(str(message.get("claim_id")))
             if future is not None and not future.done():

@@ -13,10 +13,10 @@ a watchdog is persisted: a restart simply forgets it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from backend.db.engine import utcnow
@@ -24,6 +24,7 @@ from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.events import TASK_CHANNEL
 from backend.repository import reservations, tasks, turns
+from backend.services.background import stop_tasks
 from backend.services.context import Deps
 from backend.services.orchestrator import Orchestrator, TurnSnapshot
 
@@ -32,11 +33,17 @@ log = logging.getLogger("turnwise.watchdog")
 ACTIVITY_EVENTS = frozenset({"message.added", "turn.started", "turn.completed"})
 
 
+class Phase(StrEnum):
+    ARMED = "armed"  # waiting out the agent's silence
+    FALLBACK = "fallback"  # revalidating, cancelling the captured turn, dispatching the answer
+    DONE = "done"
+
+
 @dataclass(eq=False)
 class Watch:
     claim: Claim
     armed_at: dt.datetime
-    phase: str = "armed"  # armed | fallback | done
+    phase: Phase = Phase.ARMED
     task: asyncio.Task[None] | None = None
     outcome: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -63,9 +70,7 @@ class Watchdogs:
         for session_id in list(self._by_session):
             self.cancel_session(session_id, "shutdown")
         if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(BaseException):
-                await self._listener
+            await stop_tasks([self._listener], log, "watchdog listener")
             self._listener = None
 
     async def _listen(self, ready: asyncio.Event) -> None:
@@ -92,7 +97,7 @@ class Watchdogs:
         for watch in list(watches):
             # The fallback's own silent cancellation of the captured turn is recovery-owned activity.
             if (
-                watch.phase == "fallback"
+                watch.phase == Phase.FALLBACK
                 and event.get("type") == "turn.completed"
                 and turn_id == watch.claim.turn_id
             ):
@@ -129,7 +134,7 @@ class Watchdogs:
             self._cancel(watch, reason)
 
     def _cancel(self, watch: Watch, reason: str) -> None:
-        if watch.phase == "done" or watch.task is None:
+        if watch.phase == Phase.DONE or watch.task is None:
             return
         watch.outcome = f"cancelled:{reason}"
         watch.task.cancel()
@@ -139,7 +144,7 @@ class Watchdogs:
         )
 
     def _forget(self, watch: Watch) -> None:
-        watch.phase = "done"
+        watch.phase = Phase.DONE
         watches = self._by_session.get(watch.claim.session_id)
         if watches is not None:
             watches.discard(watch)
@@ -153,7 +158,7 @@ class Watchdogs:
         claim = watch.claim
         try:
             await asyncio.sleep(self.deps.settings.watchdog_seconds)
-            watch.phase = "fallback"
+            watch.phase = Phase.FALLBACK
             limit = self.deps.settings.dispatch_seconds + 3 * self.deps.settings.persistence_seconds
             async with asyncio.timeout(limit):
                 reason = await self._preflight(watch)

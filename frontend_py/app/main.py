@@ -4,14 +4,12 @@ Thin by design: ordering, pending derivation and activation live in the kit (``f
 this module moves data between the transport, the kit's ``Store`` and the DOM.
 """
 
-import asyncio
-
 import js  # type: ignore[import-not-found]
 from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
 from frontend_py.app import net, queries, view
-from frontend_py.kit import ActivationController, Navigator, Store, session_route, task_route
+from frontend_py.kit import ActivationController, Lifetimes, Navigator, Store, session_route, task_route
 
 try:
     from typing import Any
@@ -20,7 +18,7 @@ except ImportError:  # MicroPython: annotations are never evaluated there
 
 PHONE_MEDIA = "(max-width: 767px)"
 TOKEN_KEY = "turnwise.token"
-KEEP: list[Any] = []  # proxies and tasks that must live as long as the page
+LIFETIMES = Lifetimes()  # listener proxies for the page, tasks until they end
 
 
 def _js_none(value: Any) -> bool:
@@ -56,10 +54,7 @@ def read_token() -> str | None:
 
 
 def _spawn(coroutine: Any) -> None:
-    task = asyncio.create_task(coroutine)
-    KEEP.append(task)
-    if len(KEEP) > 200:
-        del KEEP[:100]
+    LIFETIMES.spawn(coroutine)
 
 
 class _SheetNavigator(Navigator):
@@ -149,9 +144,7 @@ class App:
             (self.media, "change", lambda event: self._apply_layout()),
         ]
         for target, name, handler in handlers:
-            proxy = create_proxy(handler)
-            KEEP.append(proxy)
-            target.addEventListener(name, proxy)
+            target.addEventListener(name, LIFETIMES.keep(create_proxy(handler)))
 
     def _mount_controller(self) -> ActivationController:
         # One controller per mounted sheet: the phone drawer closes itself, the sidebar does not.
@@ -679,9 +672,7 @@ def show_signin(message: str | None = None) -> None:
             window.localStorage.setItem(TOKEN_KEY, value)
             window.location.reload()
 
-    proxy = create_proxy(submit)
-    KEEP.append(proxy)
-    form.addEventListener("submit", proxy)
+    form.addEventListener("submit", LIFETIMES.keep(create_proxy(submit)))
 
 
 async def start() -> None:

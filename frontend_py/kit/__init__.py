@@ -22,6 +22,7 @@ from frontend_py.kit.derivation import (
     turn_row,
     visible_turns,
 )
+from frontend_py.kit.lifetimes import Lifetimes
 from frontend_py.kit.revision import EpochFloor, is_newer_or_equal, merge
 from frontend_py.kit.store import ReadToken, Store
 from frontend_py.kit.timestamps import parse_timestamp
@@ -35,6 +36,7 @@ __all__ = [
     "AbortSignal",
     "ActivationController",
     "EpochFloor",
+    "Lifetimes",
     "Navigator",
     "ReadToken",
     "Store",

@@ -102,10 +102,10 @@ def visible_turns(turns: list[dict[str, Any]], messages: list[dict[str, Any]]) -
 def _is_pending(message: dict[str, Any]) -> bool:
     # Missing or empty status is the legacy spelling of pending; callers only ask about rows of the
     # current turn, which is what keeps legacy rows in older turns inert.
+    # Stored statuses are lower case, compared exactly, as the server's SQL does: "Pending" is not
+    # pending (API enum values are lower-cased once, in ``message_row``).
     status = _metadata(message).get("status")
-    if status is None or status == "":
-        return True
-    return isinstance(status, str) and status.lower() == "pending"
+    return status is None or status in ("", "pending")
 
 
 def _current_pending_rows(

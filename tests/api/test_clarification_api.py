@@ -60,6 +60,7 @@ async def respond(
     ]
 
 
+@pytest.mark.scenario("S01", "S02")
 async def test_agent_asks_times_out_and_the_question_stays_answerable(admin: Client) -> None:
     task_id, session_id = await session(admin)
     async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.3}) as sub:

@@ -92,6 +92,7 @@ async def test_revision_sequence_advances_with_every_projection_write(admin: Cli
     assert seen == sorted(seen) and len(set(seen)) == 3
 
 
+@pytest.mark.scenario("S03")
 async def test_deleting_messages_never_moves_ownership_back(admin: Client) -> None:
     task_id, session_id = await new_session(admin)
     await admin.execute(START, {"s": session_id, "l": False})

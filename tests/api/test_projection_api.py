@@ -108,6 +108,7 @@ async def test_a_restarted_process_reports_a_newer_epoch_for_the_same_state(
         third.stop()
 
 
+@pytest.mark.scenario("S44")
 async def test_corrupt_stored_epoch_is_an_error_not_a_reset(fresh_url: str) -> None:
     url = fresh_url
     srv = Server(url).start()
@@ -130,6 +131,7 @@ async def test_corrupt_stored_epoch_is_an_error_not_a_reset(fresh_url: str) -> N
         srv.stop()
 
 
+@pytest.mark.scenario("S08")
 async def test_stale_summary_is_repaired_on_the_task_list_with_unrelated_fields_kept(server: Server) -> None:
     admin = Client(server.base_url, ADMIN_TOKEN)
     try:
@@ -210,6 +212,7 @@ async def test_unexpected_error_is_logged_with_an_id_and_returned_without_intern
     assert error_id in log and "hunter2" in log
 
 
+@pytest.mark.scenario("S06")
 async def test_list_response_and_subscription_projection_merge_to_the_newest_in_either_order(
     server: Server,
 ) -> None:

@@ -82,6 +82,7 @@ async def crash_while_answering(url: str, log: Path, fault: str) -> tuple[str, s
         ("resume.after_publish", 1),
     ],
 )
+@pytest.mark.scenario("S19", "S20")
 async def test_a_crash_at_any_resume_step_never_loses_or_duplicates_the_answer(
     crash_db: str, fault: str, sent_before_crash: int
 ) -> None:
@@ -113,6 +114,7 @@ async def test_a_crash_at_any_resume_step_never_loses_or_duplicates_the_answer(
         restarted.stop()
 
 
+@pytest.mark.scenario("S19")
 async def test_a_crash_during_startup_recovery_is_retried_by_the_next_start(crash_db: str) -> None:
     log = Path(tempfile.mkdtemp(prefix="turnwise-exec-")) / "dispatch.jsonl"
     session_id, pending_id = await crash_while_answering(crash_db, log, "resume.after_reserve")

@@ -122,6 +122,7 @@ async def test_the_question_icon_shows_on_a_fresh_load(
 
 
 @pytest.mark.parametrize("phone", FLAVOURS)
+@pytest.mark.scenario("S09")
 async def test_secondary_session_owning_the_question_opens_on_activation(
     page: Any, any_server: Server, any_api: Api, phone: bool
 ) -> None:
@@ -145,6 +146,7 @@ async def test_secondary_session_owning_the_question_opens_on_activation(
 
 
 @pytest.mark.parametrize("phone", FLAVOURS)
+@pytest.mark.scenario("S11", "S38")
 async def test_stale_owner_choice_is_discarded_when_the_summary_changes_mid_load(
     page: Any, web_server: Server, api: Api, phone: bool
 ) -> None:
@@ -354,6 +356,7 @@ async def test_losing_a_race_shows_the_winners_answer(page: Any, web_server: Ser
 # --- superseded history, live updates, reconnects ----------------------------------------------------
 
 
+@pytest.mark.scenario("S07")
 async def test_an_older_detached_question_stays_superseded_after_a_newer_bundle_is_skipped_and_reloaded(
     page: Any, web_server: Server, api: Api
 ) -> None:
@@ -387,6 +390,7 @@ async def test_an_older_detached_question_stays_superseded_after_a_newer_bundle_
     await _no_outside_requests(network)
 
 
+@pytest.mark.scenario("S05")
 async def test_a_new_question_shows_live_in_the_open_session_and_on_the_task_row(
     page: Any, web_server: Server, api: Api
 ) -> None:

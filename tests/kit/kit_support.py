@@ -27,6 +27,15 @@ def load_fixture(name: str) -> Any:
         return json.load(handle)
 
 
+def scenario(*ids: str) -> Any:
+    """``@pytest.mark.scenario(*ids)`` on CPython; a no-op under MicroPython, which has no pytest."""
+    try:
+        import pytest
+    except ImportError:
+        return lambda test: test
+    return pytest.mark.scenario(*ids)
+
+
 def raises(error: type[BaseException], call: Callable[..., Any], *args: Any) -> bool:
     try:
         call(*args)

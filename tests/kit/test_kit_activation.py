@@ -3,7 +3,19 @@
 Every test runs both flavours; loads are settled by hand so each interleaving is exact.
 """
 
-from kit_support import Loads, Log, Run, SheetNavigator, rev, session, settle, store_with, summary, task
+from kit_support import (
+    Loads,
+    Log,
+    Run,
+    SheetNavigator,
+    rev,
+    scenario,
+    session,
+    settle,
+    store_with,
+    summary,
+    task,
+)
 
 from frontend_py.kit import (
     CLARIFICATION,
@@ -91,6 +103,7 @@ def test_a_clean_task_without_sessions_opens_the_task_route() -> None:
         assert ("navigate", "/t/T") in log.entries, name
 
 
+@scenario("S09")
 def test_a_secondary_session_owning_the_question_is_opened_bypassing_the_cached_list() -> None:
     for name, closes in FLAVOURS:
         store = _pending_task()
@@ -126,6 +139,7 @@ def test_the_newest_input_capable_session_with_the_matching_action_is_the_owner(
         assert log.entries[0] == ("navigate", "/t/T/s/c"), name
 
 
+@scenario("S11", "S38")
 def test_a_changed_summary_revision_during_the_load_discards_the_owner_and_opens_the_task_route() -> None:
     for name, closes in FLAVOURS:
         store = _pending_task()
@@ -138,6 +152,7 @@ def test_a_changed_summary_revision_during_the_load_discards_the_owner_and_opens
         assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
 
 
+@scenario("S11", "S38")
 def test_a_changed_pending_action_during_the_load_discards_the_owner_and_opens_the_task_route() -> None:
     for name, closes in FLAVOURS:
         for newer in [summary("T", 8, PERMISSION), None]:
@@ -155,6 +170,7 @@ def test_a_changed_pending_action_during_the_load_discards_the_owner_and_opens_t
             assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
 
 
+@scenario("S41")
 def test_a_task_that_disappears_during_the_load_leaves_selection_inert() -> None:
     for name, closes in FLAVOURS:
         store = _pending_task()
@@ -168,6 +184,7 @@ def test_a_task_that_disappears_during_the_load_leaves_selection_inert() -> None
         assert store.session("secondary") is None, "the delayed load is not applied to a deleted task"
 
 
+@scenario("S12")
 def test_older_forced_load_finishing_last_changes_nothing() -> None:
     for name, closes in FLAVOURS:
         store = _pending_task()
@@ -195,6 +212,7 @@ def test_older_forced_load_finishing_last_changes_nothing() -> None:
         assert store.session("stale") is None
 
 
+@scenario("S42")
 def test_a_forced_load_aborted_by_a_newer_load_is_inert_not_a_failure() -> None:
     for name, closes in FLAVOURS:
         store = _pending_task()
@@ -222,6 +240,7 @@ def test_a_failed_session_load_falls_back_to_the_task_route() -> None:
         assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
 
 
+@scenario("S14")
 def test_without_a_matching_owner_the_layout_is_released_before_the_task_route_opens() -> None:
     for name, closes in FLAVOURS:
         store = _pending_task()
@@ -240,6 +259,7 @@ def test_without_a_matching_owner_the_layout_is_released_before_the_task_route_o
         assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
 
 
+@scenario("S13")
 def test_an_unmounted_sheet_cannot_navigate_select_or_close_the_replacement_sheet() -> None:
     store = _pending_task()
     loads, log = Loads(honour_abort=False), Log()
@@ -260,6 +280,7 @@ def test_an_unmounted_sheet_cannot_navigate_select_or_close_the_replacement_shee
     assert Run(phone.activate("T")).result == INERT
 
 
+@scenario("S43")
 def test_two_mounted_sheets_never_invalidate_each_others_selection() -> None:
     store = _pending_task()
     loads, log = Loads(), Log()
@@ -341,6 +362,7 @@ def test_a_task_without_a_summary_uses_the_legacy_projection_to_find_the_pending
         assert log.entries == _then_close([("navigate", "/t/T/s/secondary")], name, closes), name
 
 
+@scenario("S11", "S38")
 def test_a_summary_arriving_during_a_legacy_load_discards_the_owner_and_opens_the_task_route() -> None:
     for name, closes in FLAVOURS:
         sessions = [

@@ -1,6 +1,6 @@
 """Turn-scoped pending derivation: the shared fixture, the flag test, and how projections combine."""
 
-from kit_support import load_fixture, question, turn
+from kit_support import load_fixture, question, scenario, turn
 
 from frontend_py.kit import (
     CLARIFICATION,
@@ -27,12 +27,14 @@ def _cases() -> list[dict[str, Any]]:
     return cases
 
 
+@scenario("S02", "S03")
 def test_current_turn_matches_every_fixture_case() -> None:
     for case in _cases():
         found = current_turn(case["turns"], case["messages"])
         assert (found["id"] if found else None) == case["expect"]["current_turn"], case["name"]
 
 
+@scenario("S27")
 def test_visible_turns_match_every_fixture_case() -> None:
     for case in _cases():
         shown = [t["id"] for t in visible_turns(case["turns"], case["messages"])]
@@ -45,6 +47,7 @@ def test_active_pending_ids_match_every_fixture_case() -> None:
         assert ids == case["expect"]["active_pending_ids"], case["name"]
 
 
+@scenario("S02", "S03")
 def test_pending_action_matches_every_fixture_case() -> None:
     for case in _cases():
         action = pending_action(case["session_state"], case["turns"], case["messages"])
@@ -97,6 +100,7 @@ def _hidden_successor_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     return turns, messages
 
 
+@scenario("S04")
 def test_explicit_clean_projection_keeps_a_question_on_the_visible_predecessor_inert() -> None:
     turns, messages = _hidden_successor_case()
     assert pending_action("RUNNING", turns, messages) == CLARIFICATION

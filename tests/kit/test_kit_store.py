@@ -1,6 +1,6 @@
 """The client store: query results, events, revision ordering, and the Zulip apply-events invariant."""
 
-from kit_support import question, rev, session, store_with, summary, task, turn
+from kit_support import question, rev, scenario, session, store_with, summary, task, turn
 
 from frontend_py.kit import CLARIFICATION, PERMISSION, Store
 
@@ -28,6 +28,7 @@ def test_task_list_builds_tasks_summaries_and_sessions() -> None:
     assert store.task("missing") is None
 
 
+@scenario("S06")
 def test_older_list_projection_cannot_replace_a_newer_event_projection_in_either_order() -> None:
     listed = task(
         "T", [session("S", pending=CLARIFICATION, revision=rev("3", "4"))], summary("T", 1, CLARIFICATION)
@@ -77,6 +78,7 @@ def test_a_projection_with_null_pending_action_is_an_explicit_clean() -> None:
     assert found is not None and found["pendingAction"] is None
 
 
+@scenario("S05")
 def test_a_new_question_advances_a_cached_clean_projection_in_the_same_event() -> None:
     store = store_with([task("T", [session("S", revision=rev("1", "2"))])])
     store.apply_session_turns("S", [turn("t1", "2026-08-14T10:00:00Z")])
@@ -94,6 +96,7 @@ def test_a_new_question_advances_a_cached_clean_projection_in_the_same_event() -
     assert store.session_pending("S") == (CLARIFICATION, ["p1"])
 
 
+@scenario("S04")
 def test_attempted_hidden_successor_keeps_the_visible_predecessor_question_inert() -> None:
     store = store_with([task("T", [session("S", revision=rev("2", "7"))])])
     store.apply_session_turns("S", [turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z")])

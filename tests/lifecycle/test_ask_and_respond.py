@@ -11,6 +11,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
+from backend.services.clarifications import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import (
     QUESTION,
@@ -123,7 +124,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         monkeypatch.setattr(svc.clarifications, "_finalize", held)
         answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")]
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, answers, rejected=False)
+            svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(entered.wait(), 10)  # the hand-off reached the waiter
         claimed = await rows(db, agent.pending_id)
@@ -154,25 +155,26 @@ async def test_skip_of_a_live_bundle_is_delivered_to_the_same_turn_waiter(db: Da
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
         agent.wait()
-        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True)
+        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Rejected)
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"rejected"}
         await agent.close()
 
 
+@pytest.mark.scenario("S01")
 async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Database) -> None:
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
         assert projection.pending_action == "clarification"
         assert (
-            await svc.clarifications.advance_task(task_id, "review")
+            await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         ).__class__.__name__ == "TaskAdvanceBlocked"
         await agent.close()
 
@@ -203,7 +205,7 @@ async def test_turn_teardown_detaches_the_live_bundle_and_tells_its_waiter(db: D
         turn = (await svc.reads.turns(session_id))[-1]
         await svc.operations.complete_turn(turn.id)
         assert isinstance(await agent.outcome(), lc.Detached)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
@@ -215,7 +217,7 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         svc.clarifications.resumer = resumer
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
-        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True)
+        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded) and result.resumed is False
         assert resumer.claims == []
         stored = await rows(db, agent.pending_id)
@@ -224,7 +226,7 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         await agent.close()
 
 
-@pytest.mark.scenario("S16")
+@pytest.mark.scenario("S16", "S39")
 async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_question_answerable(
     db: Database,
 ) -> None:
@@ -235,10 +237,12 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
         await agent.outcome()
         before = await turn_rows(db, session_id)
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            result = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(result, lc.DeliveryFailed)
         assert result.retryable is True
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         stored = await rows(db, agent.pending_id)
@@ -249,7 +253,9 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
         # The refused dispatch left no turn behind to supersede the bundle.
         assert await turn_rows(db, session_id) == before
         # A retry goes through the same seam and the agent gets exactly one accepted resume request.
-        retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        retry = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(retry, lc.Responded)
         assert retry.resumed is True
         refused, accepted = executor.received
@@ -265,6 +271,7 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
         await agent.close()
 
 
+@pytest.mark.scenario("S15")
 async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
@@ -277,7 +284,7 @@ async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) ->
         async with recording(svc) as log:
             for rejected in (False, True):
                 result = await svc.clarifications.respond(
-                    agent.pending_id, [] if rejected else yes("q1"), rejected=rejected
+                    agent.pending_id, [] if rejected else yes("q1"), rejected=rejected, authorize=trusted
                 )
                 assert isinstance(result, lc.Conflict) and result.reason == ConflictReason.SUPERSEDED
                 assert result.bundle is not None and result.bundle.state == BundleState.SUPERSEDED_HISTORY
@@ -291,10 +298,10 @@ async def test_response_to_a_terminal_bundle_is_a_conflict_carrying_the_winning_
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
         agent.wait()
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         await agent.outcome()
         before = await all_metadata(db)
-        late = await svc.clarifications.respond(agent.pending_id, [], rejected=True)
+        late = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(late, lc.Conflict) and late.reason == ConflictReason.TERMINAL
         assert late.bundle is not None
         assert late.bundle.rows[0].metadata["response"]["selected_option_ids"] == ["q1_opt1"]
@@ -322,7 +329,7 @@ async def test_answers_are_validated_against_the_bundle_and_nothing_is_written(
         agent = await Agent.ask(svc, session_id, questions(2))
         before = await all_metadata(db)
         with pytest.raises(InvalidInput) as err:
-            await svc.clarifications.respond(agent.pending_id, answers, rejected=False)
+            await svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         assert err.value.field == field
         assert await all_metadata(db) == before
         await agent.close()
@@ -334,7 +341,7 @@ async def test_multi_select_question_takes_several_options(db: Database) -> None
         agent = await Agent.ask(svc, session_id, [{**QUESTION, "multi_select": True}])
         agent.wait()
         result = await svc.clarifications.respond(
-            agent.pending_id, [Answer("q1", ("q1_opt1", "q1_opt2"), None)], rejected=False
+            agent.pending_id, [Answer("q1", ("q1_opt1", "q1_opt2"), None)], rejected=False, authorize=trusted
         )
         assert isinstance(result, lc.Responded)
         outcome = await agent.outcome()
@@ -350,11 +357,12 @@ async def test_unknown_pending_id_is_not_found(db: Database) -> None:
 
     async with running(db) as svc:
         with pytest.raises(NotFound):
-            await svc.clarifications.respond("no-such", [], rejected=True)
-        assert await svc.clarifications.bundle("no-such") is None
-        assert await svc.clarifications.cancel("no-such") is False
+            await svc.clarifications.respond("no-such", [], rejected=True, authorize=trusted)
+        assert await svc.clarifications.bundle("no-such", authorize=trusted) is None
+        assert await svc.clarifications.cancel("no-such", authorize=trusted) is False
 
 
+@pytest.mark.scenario("S32")
 async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db: Database) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
@@ -368,6 +376,6 @@ async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db:
             if {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}:
                 break
             await asyncio.sleep(0.02)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.stream.aclose()

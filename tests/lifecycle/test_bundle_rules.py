@@ -15,7 +15,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.repository import clarifications as repo
 from backend.repository import locks, pending
-from backend.services.clarifications import TaskAdvanced
+from backend.services.clarifications import TaskAdvanced, trusted
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
 from tests.lifecycle.support import Agent, all_metadata, new_session, questions, recording, rows, running, yes
@@ -73,7 +73,7 @@ async def test_bundle_turn_identity_ignores_legacy_empty_ids_and_refuses_conflic
         },
     )
     async with running(db) as svc:
-        bundle = await svc.clarifications.bundle("b1")
+        bundle = await svc.clarifications.bundle("b1", authorize=trusted)
         assert bundle is not None
         answers = yes("q0", "q1")
         if usable:
@@ -82,14 +82,14 @@ async def test_bundle_turn_identity_ignores_legacy_empty_ids_and_refuses_conflic
             assert bundle.state == BundleState.ACTIVE_DETACHED
             assert [r.turn_id for r in bundle.pending_rows] == ["t1"]
             assert await projection(svc, "s1") == "clarification"
-            done = await svc.clarifications.respond("b1", [], rejected=True)
+            done = await svc.clarifications.respond("b1", [], rejected=True, authorize=trusted)
             assert isinstance(done, lc.Responded)
             # The legacy row is history (never active by the rule); the bundle is finished.
             assert {r["turn_id"]: r["status"] for r in await rows_with_turns(db, "b1")} == {
                 "t1": "rejected",
                 "": "pending",
             }
-            finished = await svc.clarifications.bundle("b1")
+            finished = await svc.clarifications.bundle("b1", authorize=trusted)
             assert finished is not None
             assert finished.state == BundleState.TERMINAL
             assert await projection(svc, "s1") is None
@@ -97,7 +97,7 @@ async def test_bundle_turn_identity_ignores_legacy_empty_ids_and_refuses_conflic
             # Conflicting ids: no turn identity, so the bundle is inert history and nothing is written.
             assert bundle.turn_id is None
             assert bundle.state == BundleState.SUPERSEDED_HISTORY
-            conflict = await svc.clarifications.respond("b1", answers, rejected=False)
+            conflict = await svc.clarifications.respond("b1", answers, rejected=False, authorize=trusted)
             assert isinstance(conflict, lc.Conflict)
             assert conflict.reason == ConflictReason.SUPERSEDED
             assert {r["status"] for r in await rows(db, "b1")} == {"pending"}
@@ -124,11 +124,13 @@ async def test_a_live_waiter_is_drained_when_its_row_has_no_durable_turn_and_the
         assert await agent.outcome() == lc.Detached(agent.pending_id)
         # ... but the row is left exactly as it was: pending, inert, not answerable, not projected.
         assert await all_metadata(db) == before
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         assert await projection(svc, session_id) is None
-        conflict = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        conflict = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(conflict, lc.Conflict)
         assert await all_metadata(db) == before
         await agent.close()
@@ -157,10 +159,11 @@ async def test_one_bundles_reject_cancel_delete_or_expiry_leaves_sibling_bundles
             untouched.pop(sibling.pending_id)  # expiry is per session: the same-turn sibling expires too
         if action == "reject":
             assert isinstance(
-                await svc.clarifications.respond(target.pending_id, [], rejected=True), lc.Responded
+                await svc.clarifications.respond(target.pending_id, [], rejected=True, authorize=trusted),
+                lc.Responded,
             )
         elif action == "cancel":
-            assert await svc.clarifications.cancel(target.pending_id) is True
+            assert await svc.clarifications.cancel(target.pending_id, authorize=trusted) is True
         elif action == "delete":
             for r in await rows(db, target.pending_id):
                 assert await svc.operations.delete_message(r["id"]) is True
@@ -175,7 +178,7 @@ async def test_one_bundles_reject_cancel_delete_or_expiry_leaves_sibling_bundles
         assert not elsewhere.waiting.done()  # type: ignore[union-attr]
         if action != "expire":
             assert not sibling.waiting.done()  # type: ignore[union-attr]
-            bundle = await svc.clarifications.bundle(sibling.pending_id)
+            bundle = await svc.clarifications.bundle(sibling.pending_id, authorize=trusted)
             assert bundle is not None
             assert bundle.state == BundleState.ACTIVE_LIVE
         for agent in (older, target, sibling, elsewhere):
@@ -203,7 +206,7 @@ async def test_detachment_racing_a_newer_turn_never_overwrites(db: Database, ord
         assert row["agent_disconnected"] is (order == "detach-first")
         updated = log.kinds("message.updated")
         assert updated == ([] if order == "newer-turn-first" else [row["id"]])
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         # Concurrently as well: whichever wins, the newer turn owns the session and the row is inert.
@@ -225,14 +228,14 @@ async def test_a_terminal_session_whose_expiry_write_failed_still_rejects_a_stal
     )
     async with running(db) as svc:
         before = await all_metadata(db)
-        bundle = await svc.clarifications.bundle("b1")
+        bundle = await svc.clarifications.bundle("b1", authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         assert await projection(svc, "s1") is None
-        stale = await svc.clarifications.respond("b1", yes("q1"), rejected=False)
+        stale = await svc.clarifications.respond("b1", yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(stale, lc.Conflict)
         assert stale.reason == ConflictReason.TERMINAL
-        assert await svc.clarifications.cancel("b1") is False
+        assert await svc.clarifications.cancel("b1", authorize=trusted) is False
         # Even a claim that got past the service is refused by the terminal-session predicate.
         async with db.write() as conn:
             await locks.lock_sessions(conn, ["s1"])
@@ -249,7 +252,9 @@ async def test_a_terminal_session_whose_expiry_write_failed_still_rejects_a_stal
         assert claimed == []
         assert await all_metadata(db) == before
         # The pending history does not block the workflow either.
-        assert isinstance(await svc.clarifications.advance_task("task1", "next"), TaskAdvanced)
+        assert isinstance(
+            await svc.clarifications.advance_task("task1", "next", authorize=trusted), TaskAdvanced
+        )
 
 
 async def test_a_wait_cancelled_as_a_notice_arrives_ends_at_once_and_detaches(db: Database) -> None:
@@ -265,7 +270,7 @@ async def test_a_wait_cancelled_as_a_notice_arrives_ends_at_once_and_detaches(db
             await waiting
         # The disconnected agent's bundle is detached, not left with a waiter nobody listens to.
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.stream.aclose()

@@ -17,6 +17,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from tests.lifecycle.support import Agent, new_session, rows, running, yes
 
@@ -66,7 +67,7 @@ async def test_a_late_confirmation_loses_to_the_responders_restore_and_never_rea
         agent.wait()
         confirmation = gate(svc, monkeypatch, "_finalize")
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         await entered(confirmation)  # the confirmation started; the responder's bound runs out
         result = await responding
@@ -80,7 +81,7 @@ async def test_a_late_confirmation_loses_to_the_responders_restore_and_never_rea
         outcome = await agent.outcome()
         assert isinstance(outcome, lc.Detached)
         assert await rows(db, agent.pending_id) == restored
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         # The claim the waiter held is the responder's snapshot, unchanged and unchangeable.
@@ -102,7 +103,7 @@ async def test_a_late_confirmation_that_commits_first_is_never_reopened_by_the_r
         confirmation = gate(svc, monkeypatch, "_finalize")
         recovery = gate(svc, monkeypatch, "_recover_claim")
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         await entered(confirmation)
         await entered(recovery)  # the responder's bound ran out while the confirmation was in flight
@@ -119,10 +120,12 @@ async def test_a_late_confirmation_that_commits_first_is_never_reopened_by_the_r
         assert isinstance(result, lc.Responded)
         assert result.bundle.state == BundleState.TERMINAL
         assert await rows(db, agent.pending_id) == finalized
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
-        again = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        again = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(again, lc.Conflict)
         # Both sides worked from one immutable claim.
         assert confirmation.claims == recovery.claims

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from backend import faults
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
@@ -11,7 +13,7 @@ from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.domain.states import SessionState
 from backend.repository import clarifications as repo
 from backend.repository import locks
-from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced
+from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced, trusted
 from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
 from tests.resume.support import resuming
 
@@ -24,7 +26,10 @@ async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db
         results = await asyncio.gather(
             *(
                 svc.clarifications.respond(
-                    agent.pending_id, [Answer("q1", (f"q1_opt{1 + i % 2}",), None)], rejected=False
+                    agent.pending_id,
+                    [Answer("q1", (f"q1_opt{1 + i % 2}",), None)],
+                    rejected=False,
+                    authorize=trusted,
                 )
                 for i in range(50)
             )
@@ -47,7 +52,7 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
         # The agent asked but does not consume the hand-off: delivery stays unconfirmed.
         agent = await Agent.ask(svc, session_id)
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         for _ in range(200):
             if any(r.get("response_delivery_pending") for r in await rows(db, agent.pending_id)):
@@ -59,24 +64,27 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"answered"}
         assert not any(r.get("response_delivery_pending") for r in stored)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.TERMINAL
         await agent.close()
 
 
+@pytest.mark.scenario("S23")
 async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while_current(
     db: Database,
 ) -> None:
     async with running(db, live_confirmation_seconds=0.3) as svc:
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
-        result = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        result = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(result, lc.DeliveryFailed) and result.retryable is True
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"pending"}
         assert not any("response" in r or "response_delivery_pending" in r for r in stored)
         # The waiter never confirmed, so it no longer counts as live: the next answer is detached.
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
@@ -90,7 +98,9 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
             async with recording(svc) as log:
                 detached, result = await asyncio.gather(
                     svc.clarifications.detach_session(session_id),
-                    svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False),
+                    svc.clarifications.respond(
+                        agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+                    ),
                 )
             # Whichever came first, the answer is kept and reaches the agent exactly once.
             assert isinstance(result, lc.Responded)
@@ -112,6 +122,7 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
             await agent.close()
 
 
+@pytest.mark.scenario("S23")
 async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Database) -> None:
     async with running(db) as svc:
         for i in range(10):
@@ -177,12 +188,14 @@ async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_on
                 detach_rows=False,
             )
         before_q1 = (await rows(db, agent.pending_id))[0]
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q2"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable  # nobody consumed the hand-off
         after = await rows(db, agent.pending_id)
         assert after[0] == before_q1 and after[1]["status"] == "pending"
         # Detached now: the retry resumes the agent with the pending sibling only.
-        ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False)
+        ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False, authorize=trusted)
         assert isinstance(ok, lc.Responded)
         assert ok.resumed is True
         (request,) = executor.received
@@ -201,12 +214,12 @@ async def test_cancel_of_a_live_request_ends_its_waiter_and_touches_no_other_bun
         first = await Agent.ask(svc, session_id, questions(1))
         second = await Agent.ask(svc, session_id, questions(2))
         first.wait()
-        assert await svc.clarifications.cancel(first.pending_id) is True
+        assert await svc.clarifications.cancel(first.pending_id, authorize=trusted) is True
         outcome = await first.outcome()
         assert isinstance(outcome, lc.Closed) and outcome.status == "cancelled"
         assert {r["status"] for r in await rows(db, first.pending_id)} == {"cancelled"}
         assert {r["status"] for r in await rows(db, second.pending_id)} == {"pending"}
-        assert await svc.clarifications.cancel(first.pending_id) is False
+        assert await svc.clarifications.cancel(first.pending_id, authorize=trusted) is False
         active = await svc.clarifications.active_bundles([session_id])
         assert active[session_id].pending_id == second.pending_id
         await first.close()
@@ -219,11 +232,12 @@ async def test_cancel_of_a_detached_request_is_refused_without_a_write(db: Datab
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         before = await rows(db, agent.pending_id)
-        assert await svc.clarifications.cancel(agent.pending_id) is False
+        assert await svc.clarifications.cancel(agent.pending_id, authorize=trusted) is False
         assert await rows(db, agent.pending_id) == before
         await agent.close()
 
 
+@pytest.mark.scenario("S33")
 async def test_session_entering_a_terminal_state_expires_current_turn_bundles_before_publishing(
     db: Database,
 ) -> None:
@@ -238,11 +252,14 @@ async def test_session_entering_a_terminal_state_expires_current_turn_bundles_be
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"expired"}
         kinds = [e["type"] for e in log.events]
         assert kinds.index("session.state") > max(i for i, k in enumerate(kinds) if k == "message.updated")
-        late = await svc.clarifications.respond(agent.pending_id, yes("q1", "q2"), rejected=False)
+        late = await svc.clarifications.respond(
+            agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
+        )
         assert isinstance(late, lc.Conflict) and late.reason == ConflictReason.TERMINAL
         await agent.close()
 
 
+@pytest.mark.scenario("S01", "S02")
 async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older_turn(db: Database) -> None:
     async with running(db) as svc:
         task_id, _ = await new_session(svc)
@@ -250,11 +267,11 @@ async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older
         await svc.operations.start_turn(secondary.id)
         agent = await Agent.ask(svc, secondary.id, timeout_seconds=0.05)
         await agent.outcome()
-        blocked = await svc.clarifications.advance_task(task_id, "review")
+        blocked = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(blocked, TaskAdvanceBlocked) and blocked.session_id == secondary.id
         assert (await svc.reads.task(task_id)).workflow_step == "todo"
         await svc.operations.start_turn(secondary.id)  # the question is now older-turn history
-        advanced = await svc.clarifications.advance_task(task_id, "review")
+        advanced = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(advanced, TaskAdvanced) and advanced.task.workflow_step == "review"
         await agent.close()
 
@@ -264,7 +281,7 @@ async def test_workflow_guard_fails_closed_when_the_active_state_read_fails(db: 
         task_id, _ = await new_session(svc)
         faults.configure(["workflow_guard_read"])
         try:
-            result = await svc.clarifications.advance_task(task_id, "review")
+            result = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         finally:
             faults.configure([])
         assert isinstance(result, TaskAdvanceBlocked) and result.session_id is None
@@ -289,6 +306,7 @@ async def _stranded_claim(
     assert claimed
 
 
+@pytest.mark.scenario("S21")
 async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answer_can_be_submitted_again(
     db: Database,
 ) -> None:
@@ -302,14 +320,17 @@ async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answ
         assert await restarted.recovery.detach_orphaned_waiters() == 1
         stored = await rows(db, agent.pending_id)
         assert stored[0]["status"] == "pending" and "response_delivery_pending" not in stored[0]
-        bundle = await restarted.clarifications.bundle(agent.pending_id)
+        bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         # The agent reconnects and asks again: same bundle, live again, and the answer arrives.
         again = await Agent.ask(restarted, session_id)
         assert again.pending_id == agent.pending_id
         again.wait()
         assert isinstance(
-            await restarted.clarifications.respond(again.pending_id, yes("q1"), rejected=False), lc.Responded
+            await restarted.clarifications.respond(
+                again.pending_id, yes("q1"), rejected=False, authorize=trusted
+            ),
+            lc.Responded,
         )
         assert isinstance(await again.outcome(), lc.Answered)
         await again.close()
@@ -330,5 +351,5 @@ async def test_startup_retires_the_intent_of_a_superseded_or_terminal_claim(db: 
         for a in agents:
             stored = await rows(db, a.pending_id)
             assert stored[0]["status"] == "answered" and "response_delivery_pending" not in stored[0]
-            bundle = await svc.clarifications.bundle(a.pending_id)
+            bundle = await svc.clarifications.bundle(a.pending_id, authorize=trusted)
             assert bundle is not None and bundle.state == BundleState.TERMINAL

@@ -13,6 +13,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, pending
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
 from tests.resume.support import eventually
@@ -76,14 +77,16 @@ async def test_a_terminal_transition_expires_every_current_turn_bundle_before_it
         )
         for agent in (detached, live):
             assert {r["status"] for r in await rows(db, agent.pending_id)} == {"expired"}
-            bundle = await svc.clarifications.bundle(agent.pending_id)
+            bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
             assert bundle is not None
             assert bundle.state == BundleState.TERMINAL
         # No overlay is left: no pending projection, the live waiter was told, answers conflict.
         assert await projection(svc, session_id) is None
         closed = await live.outcome()
         assert closed == lc.Closed(live.pending_id, ClarificationStatus.EXPIRED.value)
-        conflict = await svc.clarifications.respond(detached.pending_id, yes("q1", "q2"), rejected=False)
+        conflict = await svc.clarifications.respond(
+            detached.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
+        )
         assert isinstance(conflict, lc.Conflict)
         assert conflict.reason == ConflictReason.TERMINAL
         # Older-turn history is not rewritten.
@@ -115,7 +118,7 @@ async def test_a_cancelled_request_detaches_in_a_finite_context_that_gives_up_wh
         # Nothing half-written: the detach never committed, the waiter is gone, the question is
         # answerable as a detached one.
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {False}
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
 

@@ -39,6 +39,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.clarification import flag
 from backend.domain.errors import InvalidInput, InvalidState, NotFound
 from backend.domain.states import SessionState
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from tests.conftest import wipe
 from tests.reliability.model import (
@@ -355,7 +356,9 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             answers = self._answers(b, choices)
             executor = self.svc.orchestrator.executor
             executor.outcomes = [outcome]  # type: ignore[attr-defined]
-            respond = self.svc.clarifications.respond(b.pending_id, answers, rejected=False)
+            respond = self.svc.clarifications.respond(
+                b.pending_id, answers, rejected=False, authorize=trusted
+            )
             if state == GONE:
                 self._expect_error(respond, NotFound)
                 return
@@ -394,7 +397,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def skip(self, pick: int, active: bool) -> None:
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=True)
+            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=True, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
                 return
@@ -414,7 +417,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             """Bad input: nothing is written (the after-step checks prove it), the field is named."""
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=False)
+            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=False, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
             elif state in (ACTIVE_LIVE, ACTIVE_DETACHED):
@@ -426,7 +429,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def cancel(self, pick: int, active: bool) -> None:
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            cancelled = self.h.run(self.svc.clarifications.cancel(b.pending_id))
+            cancelled = self.h.run(self.svc.clarifications.cancel(b.pending_id, authorize=trusted))
             assert cancelled is (state == ACTIVE_LIVE)
             if cancelled:
                 for q in b.pending:
@@ -568,6 +571,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
     return LifecycleMachine
 
 
+@pytest.mark.scenario("S02", "S03", "S15", "S33")
 def test_random_lifecycles_keep_projections_states_and_dispatches_as_the_spec_says(
     database_url: str, dialect: str, tmp_path: Path
 ) -> None:

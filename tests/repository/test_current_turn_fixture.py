@@ -19,6 +19,7 @@ CASES: list[dict[str, Any]] = json.loads(
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+@pytest.mark.scenario("S02", "S03", "S27")
 async def test_current_turn_resolution_fixture(db: Database, case: dict[str, Any]) -> None:
     await wipe(db)
     await seed_session(db, case)

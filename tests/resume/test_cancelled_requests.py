@@ -17,6 +17,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState
 from backend.repository import reservations
+from backend.services.clarifications import trusted
 from tests.lifecycle.support import Agent, new_session, recording, rows, yes
 from tests.resume.support import GatedExecutor, detached_question, eventually, faulty, resuming, turn_rows
 
@@ -87,7 +88,9 @@ async def test_a_failed_reservation_write_is_rolled_back_even_when_the_request_w
         assert executor.received == []
         assert not svc.orchestrator.quarantined(session_id)
         # Admission is open again: the same answer goes through once.
-        done = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        done = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(done, lc.Responded)
         assert done.resumed is True
         assert len(executor.received) == 1
@@ -102,7 +105,9 @@ async def test_cancelling_the_respond_request_does_not_cancel_its_delivery(
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        request = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
+        request = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        )
         await asyncio.wait_for(gate.started.wait(), 5)
         request.cancel()  # the HTTP client disconnects while the dispatch is in flight
         with pytest.raises(asyncio.CancelledError):
@@ -120,7 +125,7 @@ async def test_cancelling_the_respond_request_does_not_cancel_its_delivery(
                 break
             await asyncio.sleep(0.02)
         assert not any(INTENT_KEY in r for r in stored), "the claim was left half-done"
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         if outcome == "accepted":
             # Delivered once: answered, and its successor published as the current turn.
@@ -145,7 +150,7 @@ async def test_private_dispatch_fields_never_reach_replayed_events_or_a_completi
         async with recording(svc) as log:
             async with faulty("resume.clear"):  # accepted and published, but the clean-up fails
                 request = asyncio.create_task(
-                    svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+                    svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
                 )
                 await asyncio.wait_for(gate.started.wait(), 5)
                 successor = gate.received[0].turn_id
@@ -194,7 +199,9 @@ async def test_the_watchdog_is_armed_once_inside_the_confirmation_boundary(db: D
             arm(claim)
 
         svc.clarifications.primary_answer_notifier = notify
-        answered = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        answered = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(answered, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Answered)
         ((claim, agent_had_it),) = armed
@@ -207,13 +214,18 @@ async def test_the_watchdog_is_armed_once_inside_the_confirmation_boundary(db: D
         watches = svc.watchdogs._by_session.get(session_id, set())
         assert [w.claim.claim_id for w in watches] == [claim.claim_id]
         # Never twice: a repeated answer conflicts and a skip of another live bundle arms nothing.
-        again = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        again = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(again, lc.Conflict)
         other = await Agent.ask(
             svc, session_id, [{"prompt": "Skip me?", "options": [{"label": "a"}, {"label": "b"}]}]
         )
         other.wait()
-        assert isinstance(await svc.clarifications.respond(other.pending_id, [], rejected=True), lc.Responded)
+        assert isinstance(
+            await svc.clarifications.respond(other.pending_id, [], rejected=True, authorize=trusted),
+            lc.Responded,
+        )
         assert isinstance(await other.outcome(), lc.Rejected)
         assert len(armed) == 1
         await agent.close()

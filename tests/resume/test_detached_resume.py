@@ -11,6 +11,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
+from backend.services.clarifications import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import new_session, questions, recording, rows, yes
 from tests.resume.support import (
@@ -32,7 +33,9 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
         agent = await detached_question(svc, session_id, questions(2))
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(agent.pending_id, yes("q1", "q2"), rejected=False)
+            result = await svc.clarifications.respond(
+                agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
+            )
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert isinstance(result, lc.Responded) and result.resumed is True
         assert len(executor.received) == 1
@@ -57,6 +60,7 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
 
 
 @pytest.mark.parametrize("refusal", ["rejected", "no-runner"])
+@pytest.mark.scenario("S16")
 async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_delivers_exactly_once(
     db: Database, refusal: str
 ) -> None:
@@ -67,15 +71,19 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         before = await turn_rows(db, session_id)
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         # No failed-dispatch turn supersedes the bundle.
         assert await turn_rows(db, session_id) == before
         svc.orchestrator.executor = executor
         executor.outcomes = ["accepted"]
-        retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        retry = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(retry, lc.Responded) and retry.resumed is True
         # The durable record, not the script: the refused turn is gone, the accepted one is current.
         refused, accepted = executor.received if refusal == "rejected" else (None, *executor.received)
@@ -87,6 +95,7 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         await agent.close()
 
 
+@pytest.mark.scenario("S16")
 async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_stays_retryable(
     db: Database,
 ) -> None:
@@ -95,16 +104,21 @@ async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_sta
         agent = await detached_question(svc, session_id)
         before = await turn_rows(db, session_id)
         async with faulty("resume.attempt_marker"):
-            failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
-        retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        retry = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(retry, lc.Responded) and len(executor.received) == 1
         await agent.close()
 
 
+@pytest.mark.scenario("S17", "S18")
 async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal_and_never_rolled_back(
     db: Database,
 ) -> None:
@@ -112,7 +126,9 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         async with faulty("resume.publish"):
-            failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
         assert len(executor.received) == 1
         successor = executor.received[0].turn_id
@@ -125,7 +141,9 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         # The accepted turn is remembered: a later rollback fails closed, nothing is re-dispatched.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
         assert successor in {t["id"] for t in await turn_rows(db, session_id)}
-        conflict = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        conflict = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(conflict, lc.Conflict)
         assert len(executor.received) == 1
         async with recording(svc) as log:
@@ -137,27 +155,32 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
 
 
 @pytest.mark.parametrize("outcome", ["ambiguous", "hang"])
+@pytest.mark.scenario("S34")
 async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_successor_and_is_never_resent(
     db: Database, outcome: str
 ) -> None:
     async with resuming(db, [outcome], dispatch_seconds=0.2) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
         successor = executor.received[0].turn_id
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == successor
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.TERMINAL
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}
         assert isinstance(
-            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Conflict
+            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
+            lc.Conflict,
         )
         assert len(executor.received) == 1
         await agent.close()
 
 
+@pytest.mark.scenario("S29")
 async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admission_until_restart_recovery(
     db: Database,
 ) -> None:
@@ -166,13 +189,17 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
         first = await detached_question(svc, session_id)
         predecessor = first.bundle.turn_id  # type: ignore[union-attr]
         async with faulty("resume.rollback"):
-            failed = await svc.clarifications.respond(first.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                first.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
         assert svc.orchestrator.quarantined(session_id)
         reserved = executor.received[0].turn_id
         # Another answer in that session cannot enter: admission stays closed (and stays retryable).
         second = await detached_question(svc, session_id)
-        blocked = await svc.clarifications.respond(second.pending_id, yes("q1"), rejected=False)
+        blocked = await svc.clarifications.respond(
+            second.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(blocked, lc.DeliveryFailed) and blocked.retryable is True
         assert len(executor.received) == 1
         # Ready handling waits on the unresolved reservation and gives up without touching state.
@@ -190,6 +217,7 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
         assert not restarted.orchestrator.quarantined(session_id)
 
 
+@pytest.mark.scenario("S34")
 async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_and_restores(
     db: Database,
 ) -> None:
@@ -209,14 +237,17 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
                 claim_id=None,
                 origin="detached",
             )
-        failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        failed = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
         assert executor.received == []
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
 
+@pytest.mark.scenario("S25")
 async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Database) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
@@ -251,7 +282,9 @@ async def _overlapping_ready_event(
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
-        respond = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
+        respond = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        )
         await asyncio.wait_for(gate.started.wait(), 5)
         assert svc.operations.reservations is not None
         watching = svc.operations.reservations = Watching(svc.operations.reservations)
@@ -274,6 +307,7 @@ async def _overlapping_ready_event(
         return error, predecessor in completed, completed
 
 
+@pytest.mark.scenario("S28")
 async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation_cannot_complete_anything(
     db: Database,
 ) -> None:
@@ -284,6 +318,7 @@ async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation
     assert predecessor_completed and len(completed) == 1
 
 
+@pytest.mark.scenario("S28")
 async def test_ready_event_whose_generation_still_owns_the_session_after_rollback_completes_normally(
     db: Database,
 ) -> None:
@@ -291,6 +326,7 @@ async def test_ready_event_whose_generation_still_owns_the_session_after_rollbac
     assert error is None and predecessor_completed
 
 
+@pytest.mark.scenario("S31")
 async def test_generationless_ready_event_overlapping_a_reservation_is_dropped_after_rollback(
     db: Database,
 ) -> None:
@@ -305,7 +341,7 @@ async def test_the_resumed_agent_completes_its_own_turn_with_the_generation_it_w
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         request = executor.received[0]
         done = await svc.operations.complete_turn(request.turn_id, request.generation)
         assert done.completed_at is not None

@@ -13,6 +13,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
 from backend.repository import reservations, turns
+from backend.services.clarifications import trusted
 from tests.lifecycle.support import new_session, recording, rows, yes
 from tests.resume.support import detached_question, eventually, faulty, resuming, turn_rows
 
@@ -25,7 +26,9 @@ async def test_clearing_failure_after_acceptance_runs_normal_cleanup_and_the_ans
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         async with recording(svc) as log, faulty("resume.clear"):
-            failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
@@ -44,7 +47,9 @@ async def test_clearing_failure_after_acceptance_runs_normal_cleanup_and_the_ans
         # The accepted-answer marker: rollback fails closed and the answer cannot be given again.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
         assert successor in {t["id"] for t in await turn_rows(db, session_id)}
-        again = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        again = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(again, lc.Conflict)
         assert again.bundle is not None
         assert again.bundle.state == BundleState.TERMINAL
@@ -61,7 +66,9 @@ async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         async with faulty("resume.clear", "resume.outbox"):
-            failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            failed = await svc.clarifications.respond(
+                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+            )
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
         (request,) = executor.received
@@ -74,7 +81,9 @@ async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_
         assert claimed[0]["response_delivery_pending"]
         # Still never reopened in this process: rollback refused, a second answer conflicts.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
-        again = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        again = await svc.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(again, lc.Conflict)
         assert await rows(db, agent.pending_id) == claimed
         await agent.close()
@@ -88,9 +97,11 @@ async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_
         final = await rows(db, agent.pending_id)
         assert [r["status"] for r in final] == ["answered"]
         assert "response_delivery_pending" not in final[0]
-        bundle = await restarted.clarifications.bundle(agent.pending_id)
+        bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
-        late = await restarted.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        late = await restarted.clarifications.respond(
+            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+        )
         assert isinstance(late, lc.Conflict)
         assert after.received == []

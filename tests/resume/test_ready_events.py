@@ -11,7 +11,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
 from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
-from backend.services.clarifications import TaskAdvanceBlocked
+from backend.services.clarifications import TaskAdvanceBlocked, trusted
 from tests.lifecycle.support import new_session, recording, yes
 from tests.resume.support import GatedExecutor, detached_question, resuming, turn_rows
 
@@ -23,12 +23,14 @@ async def test_a_generationless_ready_event_dropped_after_rollback_changes_no_se
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         task_id, session_id = await new_session(svc)
-        await svc.clarifications.advance_task(task_id, "review")
+        await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         agent = await detached_question(svc, session_id)
         assert agent.bundle is not None
         predecessor = agent.bundle.turn_id
         assert predecessor is not None
-        respond = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
+        respond = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        )
         await asyncio.wait_for(gate.started.wait(), 5)
         before_turns = await turn_rows(db, session_id)
         async with recording(svc) as log:
@@ -51,11 +53,11 @@ async def test_a_generationless_ready_event_dropped_after_rollback_changes_no_se
         assert not [e for e in log.events if e["type"] in ("turn.completed", "turn.started")]
         session = await svc.reads.session(session_id)
         assert session.state == SessionState.WAITING_FOR_INPUT.value
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         assert (await svc.reads.task(task_id)).workflow_step == "review"
-        blocked = await svc.clarifications.advance_task(task_id, "done")
+        blocked = await svc.clarifications.advance_task(task_id, "done", authorize=trusted)
         assert isinstance(blocked, TaskAdvanceBlocked)
         assert blocked.session_id == session_id
         await agent.close()

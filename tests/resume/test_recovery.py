@@ -14,6 +14,7 @@ from backend.db.tables import task_session_turns as T
 from backend.domain.lifecycle import Answer, BundleState
 from backend.repository import clarifications as repo
 from backend.repository import locks, messages, reservations, turns
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.recovery import RecoveryFailed
 from tests.lifecycle.support import new_session, questions, recording, rows
@@ -89,6 +90,7 @@ async def strand(
     return bundle.pending_id, turn.id, ids
 
 
+@pytest.mark.scenario("S19")
 async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_claimed_rows(
     db: Database,
 ) -> None:
@@ -106,11 +108,12 @@ async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_cla
         sibling = next(r for i, r in stored.items() if i not in claimed)
         assert sibling["status"] == "answered"
         assert sorted(log.kinds("message.updated")) == sorted(claimed)
-        bundle = await restarted.clarifications.bundle(pending_id)
+        bundle = await restarted.clarifications.bundle(pending_id, authorize=trusted)
         assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
 
 
 @pytest.mark.parametrize("marker", [True, "true", "1", 1])
+@pytest.mark.scenario("S20", "S30", "S36")
 async def test_startup_preserves_an_attempted_reservation_in_any_marker_form_and_replays_its_start(
     db: Database, marker: Any
 ) -> None:
@@ -134,6 +137,7 @@ async def test_startup_preserves_an_attempted_reservation_in_any_marker_form_and
         assert reserved in [t.id for t in await restarted.reads.turns(session_id)]
 
 
+@pytest.mark.scenario("S20")
 async def test_startup_preserves_a_message_backed_reservation_without_an_attempt_marker(db: Database) -> None:
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc)
@@ -157,6 +161,7 @@ async def test_startup_preserves_a_message_backed_reservation_without_an_attempt
         {reservations.SOURCE_TURN_ID: None},
     ],
 )
+@pytest.mark.scenario("S37")
 async def test_malformed_recovery_metadata_fails_startup_keeps_the_rows_and_still_recovers_the_rest(
     db: Database, broken: dict[str, Any]
 ) -> None:
@@ -192,6 +197,7 @@ async def test_malformed_recovery_metadata_fails_startup_keeps_the_rows_and_stil
         assert [r["status"] for r in await rows(db, agent.pending_id)] == ["pending"]
 
 
+@pytest.mark.scenario("S37")
 async def test_claimed_rows_that_do_not_match_their_reservation_fail_startup(db: Database) -> None:
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc)
@@ -210,6 +216,7 @@ async def test_claimed_rows_that_do_not_match_their_reservation_fail_startup(db:
         assert reserved in {t["id"] for t in await turn_rows(db, session_id)}
 
 
+@pytest.mark.scenario("S36")
 async def test_outbox_replays_start_then_completion_and_keeps_the_marker_when_the_bus_refuses(
     db: Database,
 ) -> None:

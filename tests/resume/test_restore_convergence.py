@@ -13,6 +13,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState
 from backend.domain.records import SummaryRecord
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.summaries import SUMMARY_CHANNEL
 from tests.lifecycle.support import Agent, new_session, recording, rows, yes
@@ -41,13 +42,15 @@ async def claimed_then_rejected(
     svc: Services, gate: GatedExecutor, agent: Agent, task_id: str, order: list[Any]
 ) -> tuple[lc.RespondOutcome, int]:
     """Respond; while the dispatch is held read the task list; then the agent rejects the prompt."""
-    respond = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
+    respond = asyncio.create_task(
+        svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+    )
     await asyncio.wait_for(gate.started.wait(), 5)
     # A task-list read during the temporary claim: the claimed answer hides the pending action.
     during = (await svc.summaries.reconcile([task_id]))[task_id]
     assert during.summary is not None
     assert during.summary.pending_action is None
-    bundle = await svc.clarifications.bundle(agent.pending_id)
+    bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
     assert bundle is not None
     assert bundle.state == BundleState.DELIVERY_CLAIMED
     gate.release("rejected")
@@ -99,7 +102,7 @@ async def test_restore_acknowledges_summary_convergence_before_reporting_retryab
         # The restored pending rows were published, so other clients converge on them.
         assert {r["status"] for r in stored} == {"pending"}
         assert not any(INTENT_KEY in r for r in stored)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         listener.cancel()
@@ -139,10 +142,12 @@ async def test_restore_reports_a_convergence_failure_and_still_says_the_answer_i
         # The restore itself is durable: pending rows, no intent, answerable; a retry goes through.
         assert {r["status"] for r in stored} == {"pending"}
         assert not any(INTENT_KEY in r for r in stored)
-        bundle = await svc.clarifications.bundle(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
-        retry = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
+        retry = asyncio.create_task(
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        )
         await eventually(lambda: len(gate.received) == 2)
         gate.release("accepted")
         accepted = await retry

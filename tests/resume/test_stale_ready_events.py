@@ -18,6 +18,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
 from backend.events import TASK_CHANNEL
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.operations import ReservationGate
 from tests.lifecycle.support import Agent, EventLog, new_session, questions, recording, rows, yes
@@ -69,7 +70,7 @@ async def test_a_predecessor_ready_event_completes_only_the_turn_its_generation_
         assert {r["agent_disconnected"] for r in live_rows} == {False}
         async with recording(svc) as log:
             responding = asyncio.create_task(
-                svc.clarifications.respond(answered.pending_id, yes("q1"), rejected=False)
+                svc.clarifications.respond(answered.pending_id, yes("q1"), rejected=False, authorize=trusted)
             )
             await asyncio.wait_for(gate.started.wait(), 5)
             (request,) = gate.received

@@ -9,6 +9,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import reservations
+from backend.services.clarifications import trusted
 from tests.lifecycle.support import new_session, yes
 from tests.resume.support import GatedExecutor, detached_question, resuming, turn_rows
 
@@ -24,7 +25,7 @@ async def test_an_attempted_successor_is_left_out_of_turn_history_until_publishe
         agent = await detached_question(svc, session_id)
         predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(gate.started.wait(), 5)
         (request,) = gate.received
@@ -58,7 +59,7 @@ async def test_message_evidence_shows_an_in_flight_successor_and_keeps_it_after_
         agent = await detached_question(svc, session_id)
         predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(gate.started.wait(), 5)
         successor = gate.received[0].turn_id

@@ -10,6 +10,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
+from backend.services.clarifications import trusted
 from backend.services.orchestrator import TurnSnapshot
 from tests.lifecycle.support import Agent, new_session, yes
 from tests.resume.support import GatedExecutor, resuming, turn_rows
@@ -22,7 +23,8 @@ async def _answered_live(svc, session_id: str) -> Agent:  # type: ignore[no-unty
     agent = await Agent.ask(svc, session_id)
     agent.wait()
     assert isinstance(
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Responded
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
+        lc.Responded,
     )
     assert isinstance(await agent.outcome(), lc.Answered)
     return agent
@@ -60,6 +62,7 @@ async def test_agent_activity_cancels_the_watchdog(db: Database, monkeypatch: py
         await agent.close()
 
 
+@pytest.mark.scenario("S25")
 async def test_watchdog_does_not_dispatch_after_its_turn_is_superseded(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -79,6 +82,7 @@ async def test_watchdog_does_not_dispatch_after_its_turn_is_superseded(
         await agent.close()
 
 
+@pytest.mark.scenario("S26")
 async def test_watchdog_cancellation_reaches_in_flight_prompt_work_and_nothing_is_sent_twice(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -113,6 +117,7 @@ async def test_shutdown_cancels_an_armed_watchdog(db: Database, monkeypatch: pyt
         await agent.close()
 
 
+@pytest.mark.scenario("S10")
 async def test_pause_that_observed_no_turn_does_not_cancel_a_first_turn_created_during_detachment(
     db: Database,
 ) -> None:

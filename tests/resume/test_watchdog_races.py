@@ -15,6 +15,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
+from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.watchdog import Watch
 from tests.lifecycle.support import Agent, new_session, yes
@@ -40,7 +41,8 @@ async def answered_live(svc: Services, session_id: str) -> Agent:
     agent = await Agent.ask(svc, session_id)
     agent.wait()
     assert isinstance(
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Responded
+        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
+        lc.Responded,
     )
     assert isinstance(await agent.outcome(), lc.Answered)
     return agent

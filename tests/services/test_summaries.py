@@ -21,6 +21,7 @@ async def running_session(services: Services, title: str = "t") -> tuple[str, st
     return task.id, session.id
 
 
+@pytest.mark.scenario("S08")
 async def test_stale_summary_is_repaired_with_a_newer_revision_and_unrelated_fields_kept(
     db: Database,
 ) -> None:

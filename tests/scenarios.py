@@ -1,0 +1,42 @@
+"""The numbered requirement scenarios and the `scenario` marker's rules.
+
+`@pytest.mark.scenario("S01", ...)` ties a test to the scenarios whose THEN it checks. The ids are
+copied here from the requirements' scenario index (S01-S45, in the order the requirements list
+them); a marker naming anything else, or nothing, stops collection.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+SCENARIO_IDS: tuple[str, ...] = (
+    "S01", "S02", "S03", "S04", "S05", "S06", "S07", "S08", "S09", "S10",
+    "S11", "S12", "S13", "S14", "S15", "S16", "S17", "S18", "S19", "S20",
+    "S21", "S22", "S23", "S24", "S25", "S26", "S27", "S28", "S29", "S30",
+    "S31", "S32", "S33", "S34", "S35", "S36", "S37", "S38", "S39", "S40",
+    "S41", "S42", "S43", "S44", "S45",
+)  # fmt: skip
+
+MARKER = "scenario"
+
+
+def scenario_ids(item: pytest.Item) -> list[str]:
+    """Every id the item's scenario markers name, in marker order."""
+    return [str(i) for mark in item.iter_markers(MARKER) for i in mark.args]
+
+
+def marker_problems(item: pytest.Item) -> list[str]:
+    problems = []
+    for mark in item.iter_markers(MARKER):
+        if not mark.args or mark.kwargs:
+            problems.append(f"{item.nodeid}: scenario marker needs ids and nothing else, got {mark}")
+        unknown = [i for i in mark.args if i not in SCENARIO_IDS]
+        if unknown:
+            problems.append(f"{item.nodeid}: unknown scenario ids {unknown!r} (known: S01-S45)")
+    return problems
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    problems = [p for item in items for p in marker_problems(item)]
+    if problems:
+        raise pytest.UsageError("invalid scenario markers:\n" + "\n".join(problems))
