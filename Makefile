@@ -29,7 +29,7 @@ serve: install assets
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy backend frontend_py
+	$(BIN)/mypy backend frontend_py tests bench
 
 fmt: install
 	$(BIN)/ruff check --fix .

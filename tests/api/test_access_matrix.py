@@ -317,11 +317,8 @@ async def test_access_matrix(
     assert got == expected(op, role, scope)
     if got == "NOT_FOUND":
         # Indistinguishable from absence: the same words an unknown id gets, naming only what was asked.
-        ghost = World(
-            *(f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(4)),
-            user=world.user,
-            pending=f"ghost-{uuid.uuid4().hex[:6]}",
-        )
+        t, s, u, m, p = (f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(5))
+        ghost = World(task=t, session=s, turn=u, message=m, user=world.user, pending=p)
         ghost_outcome, ghost_message = await outcome(matrix_server, token, op, ghost)
         assert ghost_outcome == "NOT_FOUND"
         for real, fake in zip(

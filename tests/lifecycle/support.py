@@ -90,6 +90,11 @@ class Agent:
         assert self.bundle is not None
         return self.bundle.pending_id
 
+    @property
+    def turn_id(self) -> str:
+        assert self.bundle is not None and self.bundle.turn_id is not None
+        return self.bundle.turn_id
+
     def wait(self) -> asyncio.Task[WaitOutcome]:
         self.waiting = asyncio.create_task(self.stream.__anext__())
         return self.waiting

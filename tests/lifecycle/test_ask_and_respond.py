@@ -80,7 +80,7 @@ async def test_invalid_questions_get_an_error_naming_the_field_and_nothing_is_wr
         _, session_id = await new_session(svc)
         before = await all_metadata(db)
         with pytest.raises(InvalidInput) as err:
-            await Agent.ask(svc, session_id, qs or [], context=context)  # type: ignore[arg-type]
+            await Agent.ask(svc, session_id, qs or [], context=context)
         assert err.value.field == field
         assert await all_metadata(db) == before
         assert (await svc.reads.session(session_id)).state == "CREATED"

@@ -231,7 +231,7 @@ async def _send(client: Client, body: Any, *, raw: bool = False) -> dict[str, An
 
 async def _rejected_without_change(
     world: World, client: Client, body: Any, *, raw: bool = False, naming: str | None = None
-) -> list[str]:
+) -> list[str | None]:
     """Codes of the errors of a request that must be rejected without any stored change; `naming`:
     the field the error message must name."""
     before = await snapshot(world.db)

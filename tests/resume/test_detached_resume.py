@@ -164,7 +164,7 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
     async with resuming(db, ["rejected"], dispatch_seconds=0.3, persistence_seconds=1.0) as (svc, executor):
         _, session_id = await new_session(svc)
         first = await detached_question(svc, session_id)
-        predecessor = first.bundle.turn_id  # type: ignore[union-attr]
+        predecessor = first.turn_id
         async with faulty("resume.rollback"):
             failed = await svc.clarifications.respond(first.pending_id, yes("q1"), rejected=False)
         assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
@@ -203,7 +203,7 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
                 conn,
                 session_id,
                 turn_id="elsewhere",
-                source_turn_id=agent.bundle.turn_id,  # type: ignore[union-attr]
+                source_turn_id=agent.turn_id,
                 pending_id="other",
                 message_ids=["m-other"],
                 claim_id=None,
@@ -221,7 +221,7 @@ async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Data
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        stale_turn = agent.bundle.turn_id  # type: ignore[union-attr]
+        stale_turn = agent.turn_id
         await svc.operations.start_turn(session_id)
         before = await turn_rows(db, session_id)
         outcome = await svc.orchestrator.dispatch_answer(
@@ -250,7 +250,7 @@ async def _overlapping_ready_event(
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
+        predecessor = agent.turn_id
         respond = asyncio.create_task(svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False))
         await asyncio.wait_for(gate.started.wait(), 5)
         assert svc.operations.reservations is not None
