@@ -5,7 +5,7 @@ inaccessible id reads exactly like the answer for an id that does not exist."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,14 +56,14 @@ def matrix_server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-async def people(matrix_server: Server) -> AsyncIterator[dict[str, str]]:
+async def people(matrix_server: Server) -> dict[str, str]:
     admin = Client(matrix_server.base_url, ADMIN_TOKEN)
     suffix = uuid.uuid4().hex[:6]
     user_id, user_token = await token_for(admin, "user", name=f"user-{suffix}")
     _, support_token = await token_for(admin, "support", name=f"support-{suffix}")
     agent_id = (await admin.execute(CREATE_USER, {"n": f"agent-{suffix}", "r": "agent"}))["createUser"]["id"]
     await admin.aclose()
-    yield {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
+    return {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
 
 
 async def detached_question(admin: Client, session_id: str) -> str:
@@ -112,7 +112,7 @@ async def build_world(
 
 # operation -> (kind, document, variables from the world)
 OPS: dict[str, tuple[str, str, Any]] = {
-    "tasks": ("list", "{ tasks { id } }", lambda w: {}),
+    "tasks": ("list", "{ tasks { id } }", lambda _: {}),
     "task": ("nullable", "query($id: ID!) { task(id: $id) { id } }", lambda w: {"id": w.task}),
     "taskSessions": ("read", "query($t: ID!) { taskSessions(taskId: $t) { id } }", lambda w: {"t": w.task}),
     "sessionTurns": (
@@ -125,8 +125,8 @@ OPS: dict[str, tuple[str, str, Any]] = {
         "query($s: ID!) { sessionMessages(sessionId: $s) { id } }",
         lambda w: {"s": w.session},
     ),
-    "users": ("admin", "{ users { id } }", lambda w: {}),
-    "createTask": ("admin", 'mutation { createTask(title: "x") { id } }', lambda w: {}),
+    "users": ("admin", "{ users { id } }", lambda _: {}),
+    "createTask": ("admin", 'mutation { createTask(title: "x") { id } }', lambda _: {}),
     "createSession": (
         "admin",
         "mutation($t: ID!) { createSession(taskId: $t) { id } }",
@@ -142,13 +142,13 @@ OPS: dict[str, tuple[str, str, Any]] = {
         "mutation($m: ID!) { deleteMessage(messageId: $m) }",
         lambda w: {"m": w.message},
     ),
-    "createUser": ("admin", 'mutation { createUser(name: "n-UNIQUE", role: "user") { id } }', lambda w: {}),
+    "createUser": ("admin", 'mutation { createUser(name: "n-UNIQUE", role: "user") { id } }', lambda _: {}),
     "issueToken": (
         "admin",
         "mutation($u: ID!) { issueToken(userId: $u) { token } }",
         lambda w: {"u": w.user},
     ),
-    "revokeToken": ("admin", 'mutation { revokeToken(tokenId: "no-such-token") }', lambda w: {}),
+    "revokeToken": ("admin", 'mutation { revokeToken(tokenId: "no-such-token") }', lambda _: {}),
     "grantTask": (
         "admin",
         "mutation($u: ID!, $t: ID!) { grantTask(userId: $u, taskId: $t) }",
@@ -176,7 +176,7 @@ OPS: dict[str, tuple[str, str, Any]] = {
     ),
     "pendingActionChanged": ("subscribe", PROJECTIONS, lambda w: {"t": w.task}),
     "sessionEvents": ("subscribe", SESSION_EVENTS, lambda w: {"s": w.session}),
-    "taskSummaryChanged": ("summaries", SUMMARIES, lambda w: {}),
+    "taskSummaryChanged": ("summaries", SUMMARIES, lambda _: {}),
     "clarification": (
         "nullable",
         "query($p: ID!) { clarification(pendingId: $p) { pendingId } }",

@@ -8,6 +8,7 @@ import pytest
 
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
+from backend.domain.errors import TurnwiseError
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
@@ -34,11 +35,15 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
         async with recording(svc) as log:
             result = await svc.clarifications.respond(agent.pending_id, yes("q1", "q2"), rejected=False)
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
-        assert isinstance(result, lc.Responded) and result.resumed is True
+        assert isinstance(result, lc.Responded)
+        assert result.resumed is True
         assert len(executor.received) == 1
         request = executor.received[0]
-        assert "Question 1?" in request.prompt and "Question 2?" in request.prompt and "yes" in request.prompt
-        assert request.generation == request.turn_id and request.pending_id == agent.pending_id
+        assert "Question 1?" in request.prompt
+        assert "Question 2?" in request.prompt
+        assert "yes" in request.prompt
+        assert request.generation == request.turn_id
+        assert request.pending_id == agent.pending_id
         stored = await turn_rows(db, session_id)
         assert [t["id"] for t in stored] == [source_turn, request.turn_id]
         # Published: no private key is left on the successor, and it is visible and current.
@@ -68,15 +73,18 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         agent = await detached_question(svc, session_id)
         before = await turn_rows(db, session_id)
         failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is True
         bundle = await svc.clarifications.bundle(agent.pending_id)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         # No failed-dispatch turn supersedes the bundle.
         assert await turn_rows(db, session_id) == before
         svc.orchestrator.executor = executor
         executor.outcomes = ["accepted"]
         retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(retry, lc.Responded) and retry.resumed is True
+        assert isinstance(retry, lc.Responded)
+        assert retry.resumed is True
         # The durable record, not the script: the refused turn is gone, the accepted one is current.
         refused, accepted = executor.received if refusal == "rejected" else (None, *executor.received)
         stored = [t["id"] for t in await turn_rows(db, session_id)]
@@ -96,12 +104,14 @@ async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_sta
         before = await turn_rows(db, session_id)
         async with faulty("resume.attempt_marker"):
             failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is True
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
         retry = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(retry, lc.Responded) and len(executor.received) == 1
+        assert isinstance(retry, lc.Responded)
+        assert len(executor.received) == 1
         await agent.close()
 
 
@@ -113,7 +123,8 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         agent = await detached_question(svc, session_id)
         async with faulty("resume.publish"):
             failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is False
         assert len(executor.received) == 1
         successor = executor.received[0].turn_id
         answered = await rows(db, agent.pending_id)
@@ -144,12 +155,14 @@ async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_suc
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is False
         successor = executor.received[0].turn_id
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == successor
         bundle = await svc.clarifications.bundle(agent.pending_id)
-        assert bundle is not None and bundle.state == BundleState.TERMINAL
+        assert bundle is not None
+        assert bundle.state == BundleState.TERMINAL
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}
         assert isinstance(
             await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False), lc.Conflict
@@ -167,13 +180,15 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
         predecessor = first.turn_id
         async with faulty("resume.rollback"):
             failed = await svc.clarifications.respond(first.pending_id, yes("q1"), rejected=False)
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is False
         assert svc.orchestrator.quarantined(session_id)
         reserved = executor.received[0].turn_id
         # Another answer in that session cannot enter: admission stays closed (and stays retryable).
         second = await detached_question(svc, session_id)
         blocked = await svc.clarifications.respond(second.pending_id, yes("q1"), rejected=False)
-        assert isinstance(blocked, lc.DeliveryFailed) and blocked.retryable is True
+        assert isinstance(blocked, lc.DeliveryFailed)
+        assert blocked.retryable is True
         assert len(executor.received) == 1
         # Ready handling waits on the unresolved reservation and gives up without touching state.
         with pytest.raises(Exception, match="unresolved"):
@@ -210,10 +225,12 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
                 origin="detached",
             )
         failed = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is True
         assert executor.received == []
         bundle = await svc.clarifications.bundle(agent.pending_id)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
 
@@ -235,7 +252,8 @@ async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Data
             origin="watchdog",
         )
         assert outcome == ResumeOutcome(False, True, "the clarification's turn is no longer current")
-        assert executor.received == [] and await turn_rows(db, session_id) == before
+        assert executor.received == []
+        assert await turn_rows(db, session_id) == before
         await agent.close()
 
 
@@ -264,7 +282,7 @@ async def _overlapping_ready_event(
         error: BaseException | None = None
         try:
             await ready
-        except Exception as exc:
+        except TurnwiseError as exc:
             error = exc
         # It arrived while the dispatch was held, so it waited for the reservation's outcome.
         assert watching.overlapped[0] is True, "the ready event must wait for the live reservation"
@@ -278,25 +296,30 @@ async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation
     db: Database,
 ) -> None:
     error, predecessor_completed, completed = await _overlapping_ready_event(db, "accepted", "own")
-    assert error is not None and getattr(error, "code", "") == "STALE_GENERATION"
+    assert error is not None
+    assert getattr(error, "code", "") == "STALE_GENERATION"
     # The accepted successor ended its predecessor when it was published; the stale ready event
     # itself completed nothing: the successor is still open.
-    assert predecessor_completed and len(completed) == 1
+    assert predecessor_completed
+    assert len(completed) == 1
 
 
 async def test_ready_event_whose_generation_still_owns_the_session_after_rollback_completes_normally(
     db: Database,
 ) -> None:
     error, predecessor_completed, _ = await _overlapping_ready_event(db, "rejected", "own")
-    assert error is None and predecessor_completed
+    assert error is None
+    assert predecessor_completed
 
 
 async def test_generationless_ready_event_overlapping_a_reservation_is_dropped_after_rollback(
     db: Database,
 ) -> None:
     error, predecessor_completed, completed = await _overlapping_ready_event(db, "rejected", None)
-    assert error is not None and getattr(error, "code", "") == "STALE_GENERATION"
-    assert completed == [] and not predecessor_completed
+    assert error is not None
+    assert getattr(error, "code", "") == "STALE_GENERATION"
+    assert completed == []
+    assert not predecessor_completed
 
 
 async def test_the_resumed_agent_completes_its_own_turn_with_the_generation_it_was_given(
@@ -322,7 +345,8 @@ def test_executor_is_chosen_by_settings() -> None:
     hook = executor_for(Settings(executor="webhook", webhook_url="http://127.0.0.1:9/x"), prompts)  # type: ignore[arg-type]
     assert isinstance(hook, WebhookExecutor)
     scripted = executor_for(Settings(executor="scripted", scripted_outcomes=("rejected",)), prompts)  # type: ignore[arg-type]
-    assert isinstance(scripted, ScriptedExecutor) and scripted.outcomes == ["rejected"]
+    assert isinstance(scripted, ScriptedExecutor)
+    assert scripted.outcomes == ["rejected"]
     with pytest.raises(ValueError, match="TURNWISE_WEBHOOK_URL"):
         executor_for(Settings(executor="webhook"), prompts)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="channel, webhook or scripted"):
