@@ -46,7 +46,7 @@ def _serve(settings: Settings, *, demo: bool = False) -> None:
 
         app.state.runtime.startup_steps.append(seed)
 
-        async def start_demo_agent(services: object) -> None:
+        async def start_demo_agent(_services: object) -> None:
             # Connects through the API like any agent, once the server admits traffic.
             from backend.executors.demo_agent import DemoAgent
 

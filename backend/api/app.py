@@ -73,7 +73,7 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
     runtime.shutdown_steps.append(_stop_resume)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         if auto_migrate:
             await migrate.upgrade(db)
         elif not await migrate.is_current(db):
@@ -111,7 +111,7 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
         try:
             if not await migrate.is_current(db):
                 problems.append("migrations not current")
-        except Exception as exc:  # the database itself is unreachable
+        except Exception as exc:  # noqa: BLE001 - a readiness probe reports any database failure as not ready
             problems.append(f"database unreachable: {type(exc).__name__}")
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)

@@ -20,6 +20,7 @@ from backend.db.sqlfuncs import json_flag, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns as T
 from backend.db.tables import task_sessions as S
+from backend.domain.errors import CorruptData
 from backend.domain.records import TurnRecord
 from backend.repository import rows, turns
 from backend.repository.authority import has_message_evidence
@@ -195,7 +196,7 @@ async def stored_reservations(
     for r in await conn.execute(query):
         try:
             md = rows.metadata_of(r.metadata, where=f"turn {r.id}")
-        except Exception:
+        except CorruptData:
             md = {"__corrupt__": True}
         out.append(StoredReservation(r.id, r.session_id, r.task_id, md, bool(r.has_evidence)))
     return out

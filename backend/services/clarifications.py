@@ -478,12 +478,13 @@ class Clarifications:
         )
 
     async def _deliver_live(self, claim: Claim, bundle: Bundle, after: Bundle) -> RespondOutcome:
-        assert bundle.waiter_instance is not None and bundle.waiter_id is not None
+        assert bundle.waiter_instance is not None
+        assert bundle.waiter_id is not None
         async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
             try:
                 await self.hub.hand_off(bundle.waiter_instance, bundle.waiter_id, claim)
                 confirmed = await self._await_confirmation(confirmation, bundle.waiter_instance)
-            except Exception:
+            except Exception:  # noqa: BLE001 - whatever failed, the unconfirmed claim is recovered below
                 log.warning(
                     "live delivery not confirmed",
                     extra={"event": "clarification.delivery_unconfirmed", "claim_id": claim.claim_id},
@@ -568,7 +569,7 @@ class Clarifications:
             if self.refresh_summaries is not None:
                 try:
                     await self.refresh_summaries([claim.task_id])
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - reported to the caller; the restore stands
                     converged = f"; task summary not yet converged ({exc})"
             # Published even when the summary acknowledgement failed: durable pending state is the truth.
             await self._publish(claim.task_id, claim.session_id, "message.updated", restored)

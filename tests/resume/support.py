@@ -81,7 +81,7 @@ class GatedExecutor:
         self._release.set_result(outcome)
 
     # The executor protocol's deadline is not used: the test itself decides when the dispatch ends.
-    async def dispatch(self, request: PromptRequest, *, deadline_seconds: float) -> DispatchResult:
+    async def dispatch(self, request: PromptRequest, *, deadline_seconds: float) -> DispatchResult:  # noqa: ARG002
         self.received.append(request)
         self._release = asyncio.get_running_loop().create_future()
         self.started.set()
