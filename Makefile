@@ -2,17 +2,30 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+LOCK := requirements.lock
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha1sum | cut -c1-12)
+UV := uv==0.13.8
 PYTEST_ARGS ?=
 
-.PHONY: install assets browser run serve test test-fast lint fmt schema bench scenarios clean
+.PHONY: install lock assets browser run serve test test-fast lint fmt schema bench scenarios clean
 
-$(STAMP): pyproject.toml
+# Exact versions (runtime + dev + redis extra) come from the hashed lock; the project itself adds none.
+# `pip check` fails when pyproject.toml names a dependency the lock lacks: run `make lock`.
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip check
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+# Regenerate the lock after changing dependencies in pyproject.toml (then `make install`).
+lock:
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check '$(UV)'
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra redis --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command 'make lock' --quiet -o $(LOCK)
 
 assets:
 	bash scripts/install-assets.sh
@@ -29,7 +42,7 @@ serve: install assets
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy backend frontend_py
+	$(BIN)/mypy backend frontend_py tests bench
 
 fmt: install
 	$(BIN)/ruff check --fix .

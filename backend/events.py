@@ -25,8 +25,24 @@ def session_channel(session_id: str) -> str:
     return f"{SESSION_CHANNEL}.{session_id}"
 
 
+class MissingBusBackend(RuntimeError):
+    """The bus URL names a backend whose client package is not installed."""
+
+
+def _require_backend(url: str) -> None:
+    if url.split(":", 1)[0] in ("redis", "rediss"):
+        try:
+            import redis.asyncio  # noqa: F401
+        except ImportError as exc:
+            raise MissingBusBackend(
+                f"TURNWISE_BROADCAST_URL is {url.split(':', 1)[0]}:// but the redis package is not "
+                "installed: pip install 'turnwise[redis]'"
+            ) from exc
+
+
 class EventBus:
     def __init__(self, url: str) -> None:
+        _require_backend(url)
         self.url = url
         self._broadcast = Broadcast(url)
         self.published = 0

@@ -90,7 +90,7 @@ async def seed(db: Database, n_tasks: int, prefix: str) -> list[str]:
         ):
             for k in range(0, len(rows), 2_000):
                 await conn.execute(insert(table), rows[k : k + 2_000])
-    return [r["id"] for r in task_rows]
+    return [str(r["id"]) for r in task_rows]
 
 
 async def bare_select(db: Database, task_ids: list[str]) -> int:

@@ -53,11 +53,11 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     path: Path = tmp_path_factory.mktemp("db") / "turnwise.db"
     url = f"sqlite+aiosqlite:///{path}"
     asyncio.run(_migrate(url))
-    yield url
+    return url
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ def _document_error_code(error: GraphQLError) -> str:
 
 class ErrorPolicy(MaskErrors):
     def __init__(self) -> None:
-        super().__init__(should_mask_error=lambda e: True, error_message="Internal error")
+        super().__init__(should_mask_error=lambda _: True, error_message="Internal error")
 
     def anonymise_error(self, error: GraphQLError) -> GraphQLError:
         original = error.original_error

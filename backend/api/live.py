@@ -20,7 +20,7 @@ from backend.api.context import Context
 from backend.api.types import Message, MessageEventKind, SessionProjection, TaskStatusSummary
 from backend.domain.errors import NotFound
 from backend.domain.records import SessionPending
-from backend.services.live import SessionChange
+from backend.services.live import Scope, SessionChange
 
 
 @strawberry.type
@@ -76,13 +76,14 @@ class LiveSubscriptions:
     ) -> AsyncGenerator[SessionProjection, None]:
         principal = info.context.principal
         services = info.context.services
+        scope: Scope
         if session_id is not None:
             sid = str(session_id)
             owner = await _session_task(info, sid)
             if task_id is not None and str(task_id) != owner:
                 raise NotFound("session", sid)
 
-            def scope(t: str, s: str) -> bool:
+            def scope(_t: str, s: str) -> bool:
                 return s == sid
 
             task_ids = [owner]
@@ -91,13 +92,13 @@ class LiveSubscriptions:
             access.require_task_read(principal, tid)
             await services.reads.task(tid)
 
-            def scope(t: str, s: str) -> bool:
+            def scope(t: str, _s: str) -> bool:
                 return t == tid
 
             task_ids = [tid]
         else:
 
-            def scope(t: str, s: str) -> bool:
+            def scope(t: str, _s: str) -> bool:
                 return _readable(principal, t)
 
             task_ids = await _all_readable_tasks(info)

@@ -80,9 +80,8 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            async with conn.begin():
-                yield conn
+        async with self.engine.connect() as conn, conn.begin():
+            yield conn
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:

@@ -30,7 +30,7 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
             return value.replace(tzinfo=None)
         return value
 
-    def process_result_value(self, value: dt.datetime | None, dialect: Dialect) -> dt.datetime | None:
+    def process_result_value(self, value: dt.datetime | None, _dialect: Dialect) -> dt.datetime | None:
         if value is None:
             return None
         if value.tzinfo is None:

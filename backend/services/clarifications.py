@@ -591,7 +591,7 @@ class Clarifications:
             try:
                 faults.check("clarification.restore_publish")
                 await self._publish(claim.task_id, claim.session_id, "message.updated", restored, strict=True)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported to the caller; the restore stands
                 converged += f"; other clients not yet told ({exc})"
             return DeliveryFailed(
                 claim.pending_id, True, f"{why}; the question is answerable again{converged}"

@@ -294,7 +294,7 @@ class Orchestrator:
                 live.outcome = Outcome.REFUSED
                 log.info("prompt refused: turn superseded", extra={"event": "resume.refused", **ids})
                 return ResumeOutcome(False, True, "the clarification's turn is no longer current")
-            except (Exception, asyncio.CancelledError) as exc:
+            except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any failure is rolled back
                 # The reservation's outcome is unknown (deadline during commit, a failure, a cancelled
                 # watchdog): roll back whatever may have been written, in a fresh bounded context.
                 why = (
@@ -310,7 +310,7 @@ class Orchestrator:
             await asyncio.wait_for(
                 self._mark_attempted(session_id, turn_id), self.settings.persistence_seconds
             )
-        except (Exception, asyncio.CancelledError) as exc:
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any failure is rolled back
             return await self._undo(live, ids, f"attempt marker not persisted: {exc}", cancelled=exc)
         log.info("dispatch attempted", extra={"event": "resume.attempted", **ids})
         await faults.hit("resume.after_attempt_marker")

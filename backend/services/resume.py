@@ -53,7 +53,7 @@ class Resumer(Protocol):
 class NotWiredResumer:
     """Until executors exist, no detached agent can be resumed: say so and keep the answer retryable."""
 
-    async def resume(self, claim: Claim) -> ResumeOutcome:
+    async def resume(self, _claim: Claim) -> ResumeOutcome:
         return ResumeOutcome(
             accepted=False,
             retryable=True,

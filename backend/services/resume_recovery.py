@@ -217,7 +217,7 @@ class ReservationRecovery:
                         [(t.id, t.session_id, t.task_id, t.completed) for t in page]
                     )
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - every page is tried; the errors fail startup below
                 errors.append(str(exc))
         if errors:
             raise ReservationRecoveryError("; ".join(errors))

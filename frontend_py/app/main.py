@@ -123,7 +123,7 @@ class App:
         except net.Unauthorized:
             self.sign_out("That token was not accepted. Sign in again.")
             return
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - the page shows whatever broke the load
             self._set_html(
                 "task-list", '<p class="empty error">Could not load tasks: ' + view.esc(error) + "</p>"
             )
@@ -140,8 +140,8 @@ class App:
             (document, "input", self.on_input),
             (document, "keydown", self.on_key),
             # PyScript's ``window`` proxy cannot bind addEventListener under MicroPython; js.window can.
-            (js.window, "popstate", lambda event: self.set_route(str(window.location.pathname))),
-            (self.media, "change", lambda event: self._apply_layout()),
+            (js.window, "popstate", lambda _event: self.set_route(str(window.location.pathname))),
+            (self.media, "change", lambda _event: self._apply_layout()),
         ]
         for target, name, handler in handlers:
             target.addEventListener(name, LIFETIMES.keep(create_proxy(handler)))
@@ -218,7 +218,7 @@ class App:
         except net.Unauthorized:
             self.sign_out("That token was not accepted. Sign in again.")
             return
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
             window.console.warn("loading sessions failed: " + str(error))
             return
         if self.store.task(task_id) is None or self.session_loads.get(task_id) != load:
@@ -233,7 +233,7 @@ class App:
         self.history_loads[session_id] = load
         try:
             data = await self.http.query(queries.SESSION_HISTORY, {"sessionId": session_id})
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
             window.console.warn("loading the session failed: " + str(error))
             return
         # Applied even before the session list arrives: opening a deep link loads both at once.
@@ -246,7 +246,7 @@ class App:
     async def reload_turns(self, session_id: str) -> None:
         try:
             data = await self.http.query(queries.SESSION_TURNS, {"sessionId": session_id})
-        except Exception:
+        except Exception:  # noqa: BLE001 - the next event or resync reloads the turns
             return
         self.store.apply_session_turns(session_id, data["sessionTurns"])
         self.render()
@@ -265,7 +265,7 @@ class App:
             self.render()
             if self.route_task is not None:
                 await self.load_route(self.route_task, self.route_session)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
             window.console.warn("resync failed: " + str(error))
         finally:
             self.refetching = False
@@ -477,7 +477,7 @@ class App:
         except net.Unauthorized:
             self.sign_out("That token was not accepted. Sign in again.")
             return
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - the card shows whatever broke the send
             self.card_error = "Could not send the answer: " + str(error)
         self.card_busy = False
         self.render()

@@ -148,9 +148,9 @@ class Socket:
         ws = window.WebSocket.new(self.url, "graphql-transport-ws")
         self.ws = ws
         # Proxies must outlive this call; the old socket's handlers are dropped with it.
-        on_open = create_proxy(lambda event: self._on_open(ws))
+        on_open = create_proxy(lambda _event: self._on_open(ws))
         on_message = create_proxy(lambda event: self._on_message(ws, event.data))
-        on_close = create_proxy(lambda event: self._on_close(ws))
+        on_close = create_proxy(lambda _event: self._on_close(ws))
         self._handlers = [on_open, on_message, on_close]
         ws.onopen = on_open
         ws.onmessage = on_message

@@ -104,9 +104,7 @@ def session_tabs(task_id: str, sessions: list[dict[str, Any]], selected: str | N
     if not sessions:
         return '<p class="empty">This task has no sessions.</p>'
     parts = []
-    number = 0
-    for session in sessions:
-        number += 1
+    for number, session in enumerate(sessions, 1):
         session_id = session["id"]
         label = "Primary" if session.get("isPrimary") else "Session " + str(number)
         is_selected = session_id == selected

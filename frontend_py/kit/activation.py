@@ -173,7 +173,7 @@ class ActivationController:
         self._signals[task_id] = signal
         try:
             sessions = await self.load_sessions(task_id, signal)
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever failed the caller's loader, the task opens alone
             if not self._owns(task_id, load, selection) or signal.aborted:
                 return INERT
             self._forget(task_id, signal)

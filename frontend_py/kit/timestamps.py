@@ -17,12 +17,7 @@ def _number(text: str, start: int, length: int) -> int:
 
 
 def _all_digits(text: str) -> bool:
-    if not text:
-        return False
-    for ch in text:
-        if ch not in _DIGITS:
-            return False
-    return True
+    return bool(text) and all(ch in _DIGITS for ch in text)
 
 
 def _is_leap(year: int) -> bool:

@@ -5,7 +5,7 @@ inaccessible id reads exactly like the answer for an id that does not exist."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,14 +61,14 @@ def matrix_server(request: pytest.FixtureRequest) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-async def people(matrix_server: Server) -> AsyncIterator[dict[str, str]]:
+async def people(matrix_server: Server) -> dict[str, str]:
     admin = Client(matrix_server.base_url, ADMIN_TOKEN)
     suffix = uuid.uuid4().hex[:6]
     user_id, user_token = await token_for(admin, "user", name=f"user-{suffix}")
     _, support_token = await token_for(admin, "support", name=f"support-{suffix}")
     agent_id = (await admin.execute(CREATE_USER, {"n": f"agent-{suffix}", "r": "agent"}))["createUser"]["id"]
     await admin.aclose()
-    yield {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
+    return {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
 
 
 async def detached_question(admin: Client, session_id: str) -> str:
@@ -117,7 +117,7 @@ async def build_world(
 
 # operation -> (kind, document, variables from the world)
 OPS: dict[str, tuple[str, str, Any]] = {
-    "tasks": ("list", "{ tasks { id } }", lambda w: {}),
+    "tasks": ("list", "{ tasks { id } }", lambda _: {}),
     "task": ("nullable", "query($id: ID!) { task(id: $id) { id } }", lambda w: {"id": w.task}),
     "taskSessions": ("read", "query($t: ID!) { taskSessions(taskId: $t) { id } }", lambda w: {"t": w.task}),
     "sessionTurns": (
@@ -130,8 +130,8 @@ OPS: dict[str, tuple[str, str, Any]] = {
         "query($s: ID!) { sessionMessages(sessionId: $s) { id } }",
         lambda w: {"s": w.session},
     ),
-    "users": ("admin", "{ users { id } }", lambda w: {}),
-    "createTask": ("admin", 'mutation { createTask(title: "x") { id } }', lambda w: {}),
+    "users": ("admin", "{ users { id } }", lambda _: {}),
+    "createTask": ("admin", 'mutation { createTask(title: "x") { id } }', lambda _: {}),
     "createSession": (
         "admin",
         "mutation($t: ID!) { createSession(taskId: $t) { id } }",
@@ -147,13 +147,13 @@ OPS: dict[str, tuple[str, str, Any]] = {
         "mutation($m: ID!) { deleteMessage(messageId: $m) }",
         lambda w: {"m": w.message},
     ),
-    "createUser": ("admin", 'mutation { createUser(name: "n-UNIQUE", role: "user") { id } }', lambda w: {}),
+    "createUser": ("admin", 'mutation { createUser(name: "n-UNIQUE", role: "user") { id } }', lambda _: {}),
     "issueToken": (
         "admin",
         "mutation($u: ID!) { issueToken(userId: $u) { token } }",
         lambda w: {"u": w.user},
     ),
-    "revokeToken": ("admin", 'mutation { revokeToken(tokenId: "no-such-token") }', lambda w: {}),
+    "revokeToken": ("admin", 'mutation { revokeToken(tokenId: "no-such-token") }', lambda _: {}),
     "grantTask": (
         "admin",
         "mutation($u: ID!, $t: ID!) { grantTask(userId: $u, taskId: $t) }",
@@ -181,7 +181,7 @@ OPS: dict[str, tuple[str, str, Any]] = {
     ),
     "pendingActionChanged": ("subscribe", PROJECTIONS, lambda w: {"t": w.task}),
     "sessionEvents": ("subscribe", SESSION_EVENTS, lambda w: {"s": w.session}),
-    "taskSummaryChanged": ("summaries", SUMMARIES, lambda w: {}),
+    "taskSummaryChanged": ("summaries", SUMMARIES, lambda _: {}),
     "clarification": (
         "nullable",
         "query($p: ID!) { clarification(pendingId: $p) { pendingId } }",
@@ -322,11 +322,8 @@ async def test_access_matrix(
     assert got == expected(op, role, scope)
     if got == "NOT_FOUND":
         # Indistinguishable from absence: the same words an unknown id gets, naming only what was asked.
-        ghost = World(
-            *(f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(4)),
-            user=world.user,
-            pending=f"ghost-{uuid.uuid4().hex[:6]}",
-        )
+        t, s, u, m, p = (f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(5))
+        ghost = World(task=t, session=s, turn=u, message=m, user=world.user, pending=p)
         ghost_outcome, ghost_message = await outcome(matrix_server, token, op, ghost)
         assert ghost_outcome == "NOT_FOUND"
         for real, fake in zip(

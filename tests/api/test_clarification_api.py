@@ -65,14 +65,16 @@ async def test_agent_asks_times_out_and_the_question_stays_answerable(admin: Cli
     task_id, session_id = await session(admin)
     async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.3}) as sub:
         asked = (await sub.next())["askClarification"]
-        assert asked["__typename"] == "ClarificationAsked" and asked["bundle"]["state"] == "ACTIVE_LIVE"
+        assert asked["__typename"] == "ClarificationAsked"
+        assert asked["bundle"]["state"] == "ACTIVE_LIVE"
         pending_id = asked["bundle"]["pendingId"]
         assert (await sub.next())["askClarification"] == {
             "__typename": "ClarificationDetached",
             "pendingId": pending_id,
         }
     bundle = (await admin.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
-    assert bundle["state"] == "ACTIVE_DETACHED" and bundle["questions"][0]["agentDisconnected"] is True
+    assert bundle["state"] == "ACTIVE_DETACHED"
+    assert bundle["questions"][0]["agentDisconnected"] is True
     sessions = (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]
     assert sessions == [
         {
@@ -90,10 +92,12 @@ async def test_agent_asks_times_out_and_the_question_stays_answerable(admin: Cli
     # A newer turn makes it inert history: no overlay, no barrier, and a late answer conflicts.
     await admin.execute(START, {"s": session_id})
     late = await respond(admin, pending_id, YES)
-    assert late["__typename"] == "ClarificationConflict" and late["reason"] == "SUPERSEDED"
+    assert late["__typename"] == "ClarificationConflict"
+    assert late["reason"] == "SUPERSEDED"
     assert late["winner"]["state"] == "SUPERSEDED_HISTORY"
     sessions = (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]
-    assert sessions[0]["activeClarification"] is None and sessions[0]["pendingAction"] is None
+    assert sessions[0]["activeClarification"] is None
+    assert sessions[0]["pendingAction"] is None
     advanced = (await admin.execute(ADVANCE, {"t": task_id, "to": "review"}))["advanceTask"]
     assert advanced == {"__typename": "TaskAdvanced", "task": {"workflowStep": "review"}}
 
@@ -103,7 +107,8 @@ async def test_live_answer_reaches_the_waiting_agent_and_a_second_response_confl
     async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
         pending_id = (await sub.next())["askClarification"]["bundle"]["pendingId"]
         first = await respond(admin, pending_id, YES)
-        assert first["__typename"] == "ClarificationResponded" and first["resumed"] is False
+        assert first["__typename"] == "ClarificationResponded"
+        assert first["resumed"] is False
         assert first["bundle"]["state"] == "TERMINAL"
         answered = (await sub.next())["askClarification"]
         assert answered == {
@@ -112,7 +117,8 @@ async def test_live_answer_reaches_the_waiting_agent_and_a_second_response_confl
             "answers": [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": None}],
         }
     second = await respond(admin, pending_id, None, rejected=True)
-    assert second["__typename"] == "ClarificationConflict" and second["reason"] == "TERMINAL"
+    assert second["__typename"] == "ClarificationConflict"
+    assert second["reason"] == "TERMINAL"
     # The conflict carries the bundle, so a losing client can show the winning answer.
     assert second["winner"]["questions"][0]["response"]["selectedOptionIds"] == ["q1_opt2"]
 
@@ -142,7 +148,8 @@ async def test_invalid_questions_are_refused_naming_the_field(
     async with admin.subscribe(ASK, {"s": session_id, "q": questions}) as sub:
         with pytest.raises(GraphQLError) as err:
             await sub.next()
-    assert err.value.codes == ["BAD_USER_INPUT"] and field in err.value.errors[0]["message"]
+    assert err.value.codes == ["BAD_USER_INPUT"]
+    assert field in err.value.errors[0]["message"]
     messages = await admin.execute(
         "query($s: ID!) { sessionMessages(sessionId: $s) { id } }", {"s": session_id}
     )
@@ -197,20 +204,21 @@ async def test_a_crash_between_claim_and_confirmation_loses_no_answer_after_rest
             pending_id = (await sub.next())["askClarification"]["bundle"]["pendingId"]
             with pytest.raises(httpx.HTTPError):
                 await respond(client, pending_id, YES)  # the process dies right after the claim commits
-            assert crashing.proc is not None and crashing.proc.wait(10) == faults.CRASH_EXIT_CODE
+            assert crashing.proc is not None
+            assert crashing.proc.wait(10) == faults.CRASH_EXIT_CODE
         await client.aclose()
         restarted = Server(url).start()
         client = Client(restarted.base_url, ADMIN_TOKEN)
         try:
             bundle = (await client.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
             assert bundle["state"] == "ACTIVE_DETACHED"
-            assert (
-                bundle["questions"][0]["status"] == "PENDING" and bundle["questions"][0]["response"] is None
-            )
+            assert bundle["questions"][0]["status"] == "PENDING"
+            assert bundle["questions"][0]["response"] is None
             # The agent reconnects and asks again: the same bundle, live again; the answer arrives.
             async with client.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
                 again = (await sub.next())["askClarification"]["bundle"]
-                assert again["pendingId"] == pending_id and again["state"] == "ACTIVE_LIVE"
+                assert again["pendingId"] == pending_id
+                assert again["state"] == "ACTIVE_LIVE"
                 assert (await respond(client, pending_id, YES))["__typename"] == "ClarificationResponded"
                 assert (await sub.next())["askClarification"]["__typename"] == "ClarificationAnswered"
         finally:
@@ -243,7 +251,8 @@ async def test_an_answer_to_a_waiter_whose_process_crashed_is_restored_without_w
             started = time.monotonic()
             result = await respond(user, pending_id, YES)
             waited = time.monotonic() - started
-        assert result["__typename"] == "ClarificationDeliveryFailed" and result["retryable"] is True
+        assert result["__typename"] == "ClarificationDeliveryFailed"
+        assert result["retryable"] is True
         # Not a speed figure: without the heartbeat check it would wait out the 120 s bound.
         assert waited < 60, f"the responder waited {waited:.1f}s for a dead waiter"
         after = (await user.execute(CLARIFICATION, {"p": pending_id}))["clarification"]

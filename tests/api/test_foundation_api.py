@@ -52,7 +52,8 @@ async def test_health_and_readiness(server: Server) -> None:
     async with httpx.AsyncClient(base_url=server.base_url) as http:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         ready = await http.get("/readyz")
-        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        assert ready.status_code == 200
+        assert ready.json()["status"] == "ready"
 
 
 async def test_turns_and_messages_round_trip_with_projection(admin: Client) -> None:
@@ -63,7 +64,8 @@ async def test_turns_and_messages_round_trip_with_projection(admin: Client) -> N
     posted = (await admin.execute(POST, {"s": session_id, "c": "hello", "k": "message"}))["postMessage"]
     # A lifecycle-only turn never owns new messages: the conversational turn is current.
     assert posted["turnId"] == turn["id"]
-    assert posted["createdAt"].endswith("Z") and "." in posted["createdAt"]
+    assert posted["createdAt"].endswith("Z")
+    assert "." in posted["createdAt"]
     turns = (await admin.execute(TURNS, {"s": session_id}))["sessionTurns"]
     assert [t["id"] for t in turns] == [turn["id"], lifecycle["id"]]
     await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
@@ -74,7 +76,8 @@ async def test_turns_and_messages_round_trip_with_projection(admin: Client) -> N
             "query($id: ID!) { task(id: $id) { primarySessionId sessions { id } } }", {"id": task_id}
         )
     )["task"]
-    assert task["primarySessionId"] == session_id and task["sessions"] == [{"id": session_id}]
+    assert task["primarySessionId"] == session_id
+    assert task["sessions"] == [{"id": session_id}]
 
 
 async def test_revision_sequence_advances_with_every_projection_write(admin: Client) -> None:
@@ -89,7 +92,8 @@ async def test_revision_sequence_advances_with_every_projection_write(admin: Cli
     seen.append(await revision())
     await admin.execute(POST, {"s": session_id, "c": "x", "k": "message"})
     seen.append(await revision())
-    assert seen == sorted(seen) and len(set(seen)) == 3
+    assert seen == sorted(seen)
+    assert len(set(seen)) == 3
 
 
 @pytest.mark.scenario("S03")

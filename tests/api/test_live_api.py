@@ -133,7 +133,8 @@ async def test_applying_emitted_events_to_the_old_state_equals_a_fresh_fetch(ser
                 await converges(state, fresh)
                 permission = await post("permission_request")
                 await converges(state, fresh)
-                assert state.summary is not None and state.summary["pendingAction"] == "PERMISSION"
+                assert state.summary is not None
+                assert state.summary["pendingAction"] == "PERMISSION"
                 await admin.execute(DELETE, {"m": permission})
                 await converges(state, fresh)
                 await post("permission_request")
@@ -147,7 +148,8 @@ async def test_applying_emitted_events_to_the_old_state_equals_a_fresh_fetch(ser
                 await converges(state, fresh)
                 await admin.execute(SET_STATE, {"s": session_id, "st": "COMPLETED"})
                 await converges(state, fresh)
-                assert state.summary is not None and state.summary["pendingAction"] is None
+                assert state.summary is not None
+                assert state.summary["pendingAction"] is None
     finally:
         await admin.aclose()
 
@@ -160,7 +162,8 @@ async def test_pending_action_changed_sends_a_snapshot_and_a_reconnect_converges
         task_id, session_id = await running_session(admin)
         async with admin.subscribe(PROJECTIONS, {"s": session_id}) as sub:
             first = (await sub.next())["pendingActionChanged"]
-        assert first["sessionId"] == session_id and first["pendingAction"] is None
+        assert first["sessionId"] == session_id
+        assert first["pendingAction"] is None
         # Changes made while disconnected are not replayed one by one: the new snapshot is the state.
         for _ in range(3):
             await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
@@ -196,7 +199,8 @@ async def test_session_events_carry_explicit_clean_projection_and_deleted_has_no
                     break
                 except TimeoutError:
                     continue
-            assert added["kind"] == "ADDED" and added["message"]["id"] in posted
+            assert added["kind"] == "ADDED"
+            assert added["message"]["id"] in posted
             assert added["projection"]["pendingAction"] is None  # explicit null: clean
             await admin.execute(DELETE, {"m": added["message"]["id"]})
             deleted = (await sub.next())["sessionEvents"]
@@ -244,7 +248,8 @@ async def test_a_change_made_through_one_process_reaches_subscribers_of_the_othe
                 if event["message"] and event["message"]["content"] == "may I?":
                     break
         assert changed["pendingAction"] == "PERMISSION"
-        assert event["kind"] == "ADDED" and event["projection"]["pendingAction"] == "PERMISSION"
+        assert event["kind"] == "ADDED"
+        assert event["projection"]["pendingAction"] == "PERMISSION"
     finally:
         await a.aclose()
         await b.aclose()
@@ -320,7 +325,8 @@ async def test_a_connection_holds_at_most_the_configured_number_of_subscriptions
             while True:
                 replies.append(json.loads(await asyncio.wait_for(ws.recv(), 2)))
         over = [r for r in replies if r.get("id") == "2"]
-        assert over and over[0]["type"] == "error", replies
+        assert over, replies
+        assert over[0]["type"] == "error", replies
         assert [r["type"] for r in replies if r.get("id") in ("0", "1")] == ["next", "next"]
     finally:
         await ws.close()

@@ -75,7 +75,8 @@ async def test_a_client_alternating_between_two_processes_never_sees_an_older_re
             # The same state has the same revision whichever process reads it.
             assert row_a == row_b
             seen.append(revision_key(row_a["pendingActionRevision"]))  # type: ignore[arg-type]
-        assert seen == sorted(seen) and len(set(seen)) == len(seen)
+        assert seen == sorted(seen)
+        assert len(set(seen)) == len(seen)
         # A projection change written through one process is newer on the other as well.
         await b.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
         after = await session_row(a, task_id, session_id)
@@ -206,10 +207,12 @@ async def test_unexpected_error_is_logged_with_an_id_and_returned_without_intern
     assert error["extensions"]["code"] == "INTERNAL"
     error_id = error["extensions"]["errorId"]
     assert error["message"] == f"Internal error (id {error_id})"
-    assert "hunter2" not in response.text and "Traceback" not in response.text
+    assert "hunter2" not in response.text
+    assert "Traceback" not in response.text
     await asyncio.sleep(0.2)
     log = faulty_server.log()
-    assert error_id in log and "hunter2" in log
+    assert error_id in log
+    assert "hunter2" in log
 
 
 @pytest.mark.scenario("S06")

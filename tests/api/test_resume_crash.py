@@ -66,7 +66,8 @@ async def crash_while_answering(url: str, log: Path, fault: str) -> tuple[str, s
         pending_id = await detached(client, session_id)
         with pytest.raises(httpx.HTTPError):
             await respond(client, pending_id, YES)
-        assert server.proc is not None and server.proc.wait(10) == faults.CRASH_EXIT_CODE, server.log()
+        assert server.proc is not None, server.log()
+        assert server.proc.wait(10) == faults.CRASH_EXIT_CODE, server.log()
         return session_id, pending_id
     finally:
         await client.aclose()
@@ -96,14 +97,17 @@ async def test_a_crash_at_any_resume_step_never_loses_or_duplicates_the_answer(
         turns = [t["id"] for t in (await client.execute(TURNS, {"s": session_id}))["sessionTurns"]]
         if fault == "resume.after_reserve":
             # Never attempted: the empty reservation is gone and the same answer can be given again.
-            assert bundle["state"] == "ACTIVE_DETACHED" and len(turns) == 1
+            assert bundle["state"] == "ACTIVE_DETACHED"
+            assert len(turns) == 1
             again = await respond(client, pending_id, YES)
-            assert again["__typename"] == "ClarificationResponded" and again["resumed"] is True
+            assert again["__typename"] == "ClarificationResponded"
+            assert again["resumed"] is True
             assert len(dispatched(log)) == 1
         else:
             # At or past the at-most-once boundary: the successor stays current and visible, the
             # answer stays terminal, and nothing is ever dispatched again.
-            assert bundle["state"] == "TERMINAL" and len(turns) == 2
+            assert bundle["state"] == "TERMINAL"
+            assert len(turns) == 2
             if sent_before_crash:
                 assert dispatched(log)[0]["turn_id"] == turns[1]
             again = await respond(client, pending_id, YES)
@@ -120,7 +124,8 @@ async def test_a_crash_during_startup_recovery_is_retried_by_the_next_start(cras
     session_id, pending_id = await crash_while_answering(crash_db, log, "resume.after_reserve")
     crashing = Server(crash_db, env=resume_env(log, "recovery.after_reservations")).start(wait=False)
     try:
-        assert crashing.proc is not None and crashing.proc.wait(30) == faults.CRASH_EXIT_CODE, crashing.log()
+        assert crashing.proc is not None, crashing.log()
+        assert crashing.proc.wait(30) == faults.CRASH_EXIT_CODE, crashing.log()
     finally:
         crashing.kill()
     restarted = Server(crash_db, env=resume_env(log)).start()

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import pytest
 import pytest_asyncio
+from playwright.async_api import Error as PlaywrightError
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -60,7 +61,7 @@ async def browser() -> AsyncIterator[Any]:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
     # Keep each phase's report on the item so the page fixture knows, at teardown, if the test failed.
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
@@ -80,7 +81,7 @@ async def page(browser: Any, request: pytest.FixtureRequest) -> AsyncIterator[An
             name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.nodeid)
             try:
                 await opened.screenshot(path=str(RESULTS / (name + ".png")), full_page=True)
-            except Exception as error:  # a broken page must not hide the test's own failure
+            except (PlaywrightError, OSError) as error:  # a broken page must not hide the test's own failure
                 print("screenshot failed:", error)
         await context.close()
 
@@ -115,7 +116,7 @@ class StaticServer:
             def translate_path(self, path: str) -> str:
                 return server.resolve(path)
 
-            def log_request(self, code: Any = "-", size: Any = "-") -> None:
+            def log_request(self, code: Any = "-", _size: Any = "-") -> None:
                 server.requests.append((self.path, int(code) if str(code).isdigit() else 0))
 
             def log_message(self, format: str, *args: Any) -> None:

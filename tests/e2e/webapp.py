@@ -7,6 +7,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from playwright.async_api import Error as PlaywrightError
+
 from tests.api.client import Client
 from tests.servers import ADMIN_TOKEN, Server
 
@@ -234,7 +236,7 @@ class Held:
         try:
             await route.fulfill(response=response)
             self.delivered.append(True)
-        except Exception:  # the page aborted the request meanwhile
+        except PlaywrightError:  # the page aborted the request meanwhile
             self.delivered.append(False)
         finally:
             self.done.set()

@@ -4,7 +4,9 @@ import json
 
 try:
     from collections.abc import Callable, Generator
-    from typing import Any
+    from typing import Any, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
 except ImportError:  # MicroPython: annotations are never evaluated there
     pass
 
@@ -27,13 +29,14 @@ def load_fixture(name: str) -> Any:
         return json.load(handle)
 
 
-def scenario(*ids: str) -> Any:
+def scenario(*ids: str) -> Callable[[F], F]:
     """``@pytest.mark.scenario(*ids)`` on CPython; a no-op under MicroPython, which has no pytest."""
     try:
         import pytest
     except ImportError:
         return lambda test: test
-    return pytest.mark.scenario(*ids)
+    mark: Callable[[F], F] = pytest.mark.scenario(*ids)
+    return mark
 
 
 def raises(error: type[BaseException], call: Callable[..., Any], *args: Any) -> bool:

@@ -117,7 +117,8 @@ def test_a_secondary_session_owning_the_question_is_opened_bypassing_the_cached_
         assert run.result == OPENED_SESSION
         assert log.entries == _then_close([("navigate", "/t/T/s/secondary")], name, closes), name
         found = store.session("secondary")
-        assert found is not None and found["pendingAction"] == CLARIFICATION
+        assert found is not None
+        assert found["pendingAction"] == CLARIFICATION
 
 
 def test_the_newest_input_capable_session_with_the_matching_action_is_the_owner() -> None:
@@ -206,7 +207,8 @@ def test_older_forced_load_finishing_last_changes_nothing() -> None:
             ],
         )
         settle(older, newer)
-        assert older.result == INERT and newer.result == OPENED_SESSION
+        assert older.result == INERT
+        assert newer.result == OPENED_SESSION
         assert log.entries == entries, name
         assert store.snapshot() == before, "the older snapshot cannot replace the newer one"
         assert store.session("stale") is None
@@ -271,7 +273,8 @@ def test_an_unmounted_sheet_cannot_navigate_select_or_close_the_replacement_shee
     # The response arrives anyway (it was already on its way): the continuation must stay inert.
     loads.resolve(0, _loaded_owner())
     settle(stale)
-    assert stale.result == INERT and log.entries == []
+    assert stale.result == INERT
+    assert log.entries == []
     assert store.remembered_session("T") is None
     fresh = Run(tablet.activate("T"))
     loads.resolve(1, _loaded_owner())
@@ -294,7 +297,8 @@ def test_two_mounted_sheets_never_invalidate_each_others_selection() -> None:
     second.unmount()
     loads.resolve(0, _loaded_owner())
     settle(one, two)
-    assert one.result == OPENED_SESSION and two.result == OPENED_SESSION
+    assert one.result == OPENED_SESSION
+    assert two.result == OPENED_SESSION
     assert log.entries == [
         ("navigate", "/t/T/s/secondary"),
         ("close", "second"),
@@ -331,7 +335,7 @@ async def test_activation_completes_on_a_real_event_loop() -> None:
     log = Log()
     released = asyncio.Event()
 
-    async def load(task_id: str, signal: Any) -> list[dict[str, Any]]:
+    async def load(_task_id: str, _signal: Any) -> list[dict[str, Any]]:
         await released.wait()
         return _loaded_owner()
 

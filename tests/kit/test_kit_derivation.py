@@ -83,13 +83,15 @@ def test_api_turns_and_messages_derive_like_durable_rows() -> None:
     rows = [turn_row(t) for t in turns]
     message_rows = [message_row(m) for m in messages]
     found = current_turn(rows, message_rows)
-    assert found is not None and found["id"] == "t2"
+    assert found is not None
+    assert found["id"] == "t2"
     assert active_pending_ids("RUNNING", rows, message_rows) == ["p2"]
     lifecycle = dict(turns[1])
     lifecycle["lifecycleOnly"] = True
     rows = [turn_row(turns[0]), turn_row(lifecycle)]
     found = current_turn(rows, message_rows)
-    assert found is not None and found["id"] == "t1"
+    assert found is not None
+    assert found["id"] == "t1"
 
 
 def _hidden_successor_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -22,7 +22,8 @@ def test_task_list_builds_tasks_summaries_and_sessions() -> None:
         ]
     )
     found = store.task("T")
-    assert found is not None and found["summary"]["revision"] == 3
+    assert found is not None
+    assert found["summary"]["revision"] == 3
     assert [s["id"] for s in store.task_sessions("T")] == ["S1", "S2"]
     assert store.session("S1") is not None
     assert store.task("missing") is None
@@ -60,7 +61,8 @@ def test_an_event_without_projection_keeps_the_held_projection() -> None:
         "S", {"kind": "UPDATED", "messageId": "m1", "message": question("m1", "t1", "p1")}
     )
     found = store.session("S")
-    assert found is not None and found["pendingAction"] == CLARIFICATION
+    assert found is not None
+    assert found["pendingAction"] == CLARIFICATION
 
 
 def test_a_projection_with_null_pending_action_is_an_explicit_clean() -> None:
@@ -75,7 +77,8 @@ def test_a_projection_with_null_pending_action_is_an_explicit_clean() -> None:
         },
     )
     found = store.session("S")
-    assert found is not None and found["pendingAction"] is None
+    assert found is not None
+    assert found["pendingAction"] is None
 
 
 @scenario("S05")
@@ -116,7 +119,8 @@ def test_pending_projections_from_pending_action_changed_go_through_the_revision
         {"sessionId": "S", "pendingAction": CLARIFICATION, "revision": rev("2", "8")}
     )
     found = store.session("S")
-    assert found is not None and found["pendingAction"] == CLARIFICATION
+    assert found is not None
+    assert found["pendingAction"] == CLARIFICATION
 
 
 def test_unseen_older_epoch_after_rebuild_is_rejected_for_a_session_not_seen_yet() -> None:
@@ -136,10 +140,13 @@ def test_task_summaries_are_replaced_only_by_a_newer_revision() -> None:
     assert not store.apply_task_summary(summary("T", 5, None))
     assert store.apply_task_summary(summary("T", 6, None))
     found = store.summary("T")
-    assert found is not None and found["pendingAction"] is None and found["revision"] == 6
+    assert found is not None
+    assert found["pendingAction"] is None
+    assert found["revision"] == 6
     store.apply_tasks([task("T", [], summary("T", 5, CLARIFICATION))])
     found = store.summary("T")
-    assert found is not None and found["revision"] == 6
+    assert found is not None
+    assert found["revision"] == 6
 
 
 def test_a_null_summary_from_a_task_read_drops_the_cached_summary() -> None:
@@ -159,26 +166,32 @@ def test_an_invalidating_read_cannot_erase_a_newer_live_summary_received_while_i
     store.apply_task_summary(summary("U", 1, CLARIFICATION))
     store.apply_tasks([task("T", [], None), task("U", [], None)], token)
     found = store.summary("T")
-    assert found is not None and found["revision"] == 6
+    assert found is not None
+    assert found["revision"] == 6
     found = store.summary("U")
-    assert found is not None and found["revision"] == 1
+    assert found is not None
+    assert found["revision"] == 1
 
 
 def test_an_omitted_summary_is_a_no_op() -> None:
     store = store_with([task("T", [], summary("T", 5, CLARIFICATION))])
     store.apply_tasks([task("T", [], with_summary=False)], store.begin_read())
     found = store.summary("T")
-    assert found is not None and found["revision"] == 5
+    assert found is not None
+    assert found["revision"] == 5
 
 
 def test_a_task_missing_from_the_list_is_removed_with_its_sessions() -> None:
     store = store_with([task("T", [session("S")], summary("T", 1, None)), task("U", [session("V", "U")])])
     store.apply_session_messages("S", [question("m1", "t1", "p1")])
     store.apply_tasks([task("U", [session("V", "U")])])
-    assert store.task("T") is None and store.session("S") is None
-    assert store.messages("S") == [] and store.summary("T") is None
+    assert store.task("T") is None
+    assert store.session("S") is None
+    assert store.messages("S") == []
+    assert store.summary("T") is None
     store.apply_task("U", None)
-    assert store.task_ids() == [] and store.session("V") is None
+    assert store.task_ids() == []
+    assert store.session("V") is None
 
 
 def test_a_forced_session_load_drops_sessions_the_server_no_longer_lists() -> None:
@@ -222,7 +235,8 @@ def test_turn_history_is_held_in_ascending_instant_order() -> None:
         ],
     )
     turns = store.turns("S")
-    assert turns is not None and [t["id"] for t in turns] == ["early", "mid", "late"]
+    assert turns is not None
+    assert [t["id"] for t in turns] == ["early", "mid", "late"]
 
 
 # --- Zulip's invariant: events applied to old state == a fresh fetch --------------------------------

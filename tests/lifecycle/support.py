@@ -90,6 +90,12 @@ class Agent:
         assert self.bundle is not None
         return self.bundle.pending_id
 
+    @property
+    def turn_id(self) -> str:
+        assert self.bundle is not None
+        assert self.bundle.turn_id is not None
+        return self.bundle.turn_id
+
     def wait(self) -> asyncio.Task[WaitOutcome]:
         self.waiting = asyncio.create_task(self.stream.__anext__())
         return self.waiting
@@ -101,10 +107,8 @@ class Agent:
     async def close(self) -> None:
         if self.waiting is not None and not self.waiting.done():
             self.waiting.cancel()
-            try:
-                await self.waiting
-            except BaseException:
-                pass
+            # It ends cancelled, or with whatever it raised before the cancellation reached it.
+            await asyncio.gather(self.waiting, return_exceptions=True)
         await self.stream.aclose()
 
 

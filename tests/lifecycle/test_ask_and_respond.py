@@ -35,7 +35,8 @@ async def test_ask_writes_one_row_per_question_sharing_a_new_pending_id_in_the_c
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, questions(3), context="refactor")
         bundle = agent.bundle
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_LIVE
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_LIVE
         stored = await rows(db, agent.pending_id)
         assert [r["question_id"] for r in stored] == ["q1", "q2", "q3"]
         assert [o["id"] for o in stored[1]["question"]["options"]] == ["q2_opt1", "q2_opt2"]
@@ -50,7 +51,8 @@ async def test_asking_in_a_session_without_a_turn_opens_its_first_turn(db: Datab
     async with running(db) as svc:
         _, session_id = await new_session(svc, turn=False)
         agent = await Agent.ask(svc, session_id)
-        assert agent.bundle is not None and agent.bundle.turn_id is not None
+        assert agent.bundle is not None
+        assert agent.bundle.turn_id is not None
         assert [t.id for t in await svc.reads.turns(session_id)] == [agent.bundle.turn_id]
         await agent.close()
 
@@ -81,7 +83,7 @@ async def test_invalid_questions_get_an_error_naming_the_field_and_nothing_is_wr
         _, session_id = await new_session(svc)
         before = await all_metadata(db)
         with pytest.raises(InvalidInput) as err:
-            await Agent.ask(svc, session_id, qs or [], context=context)  # type: ignore[arg-type]
+            await Agent.ask(svc, session_id, qs or [], context=context)
         assert err.value.field == field
         assert await all_metadata(db) == before
         assert (await svc.reads.session(session_id)).state == "CREATED"
@@ -94,7 +96,8 @@ async def test_identical_questions_asked_again_while_active_reuse_the_bundle(db:
         assert isinstance(await first.outcome(), lc.Detached)
         again = await Agent.ask(svc, session_id)
         assert again.pending_id == first.pending_id
-        assert again.bundle is not None and again.bundle.state == BundleState.ACTIVE_LIVE
+        assert again.bundle is not None
+        assert again.bundle.state == BundleState.ACTIVE_LIVE
         other = await Agent.ask(svc, session_id, questions(1))
         assert other.pending_id != first.pending_id
         for a in (first, again, other):
@@ -169,7 +172,8 @@ async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Datab
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
         assert projection.pending_action == "clarification"
@@ -206,7 +210,8 @@ async def test_turn_teardown_detaches_the_live_bundle_and_tells_its_waiter(db: D
         await svc.operations.complete_turn(turn.id)
         assert isinstance(await agent.outcome(), lc.Detached)
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
 
@@ -218,7 +223,8 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
-        assert isinstance(result, lc.Responded) and result.resumed is False
+        assert isinstance(result, lc.Responded)
+        assert result.resumed is False
         assert resumer.claims == []
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"rejected"}
@@ -286,10 +292,13 @@ async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) ->
                 result = await svc.clarifications.respond(
                     agent.pending_id, [] if rejected else yes("q1"), rejected=rejected, authorize=trusted
                 )
-                assert isinstance(result, lc.Conflict) and result.reason == ConflictReason.SUPERSEDED
-                assert result.bundle is not None and result.bundle.state == BundleState.SUPERSEDED_HISTORY
+                assert isinstance(result, lc.Conflict)
+                assert result.reason == ConflictReason.SUPERSEDED
+                assert result.bundle is not None
+                assert result.bundle.state == BundleState.SUPERSEDED_HISTORY
         assert await all_metadata(db) == before
-        assert log.events == [] and resumer.claims == []
+        assert log.events == []
+        assert resumer.claims == []
         await agent.close()
 
 
@@ -302,7 +311,8 @@ async def test_response_to_a_terminal_bundle_is_a_conflict_carrying_the_winning_
         await agent.outcome()
         before = await all_metadata(db)
         late = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
-        assert isinstance(late, lc.Conflict) and late.reason == ConflictReason.TERMINAL
+        assert isinstance(late, lc.Conflict)
+        assert late.reason == ConflictReason.TERMINAL
         assert late.bundle is not None
         assert late.bundle.rows[0].metadata["response"]["selected_option_ids"] == ["q1_opt1"]
         assert await all_metadata(db) == before
@@ -345,7 +355,8 @@ async def test_multi_select_question_takes_several_options(db: Database) -> None
         )
         assert isinstance(result, lc.Responded)
         outcome = await agent.outcome()
-        assert isinstance(outcome, lc.Answered) and outcome.answers[0].selected_option_ids == (
+        assert isinstance(outcome, lc.Answered)
+        assert outcome.answers[0].selected_option_ids == (
             "q1_opt1",
             "q1_opt2",
         )
@@ -377,5 +388,6 @@ async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db:
                 break
             await asyncio.sleep(0.02)
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.stream.aclose()

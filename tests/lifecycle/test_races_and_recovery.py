@@ -36,7 +36,8 @@ async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db
         )
         winners = [r for r in results if isinstance(r, lc.Responded)]
         conflicts = [r for r in results if isinstance(r, lc.Conflict)]
-        assert len(winners) == 1 and len(conflicts) == 49
+        assert len(winners) == 1
+        assert len(conflicts) == 49
         # Losers that ran before the waiter's confirmation see the claim; later ones a terminal bundle.
         assert {c.reason for c in conflicts} <= {ConflictReason.DELIVERY_CLAIMED, ConflictReason.TERMINAL}
         outcome = await agent.outcome()
@@ -60,12 +61,14 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
             await asyncio.sleep(0.01)
         await svc.operations.start_turn(session_id)
         result = await responding
-        assert isinstance(result, lc.DeliveryFailed) and result.retryable is False
+        assert isinstance(result, lc.DeliveryFailed)
+        assert result.retryable is False
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"answered"}
         assert not any(r.get("response_delivery_pending") for r in stored)
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.TERMINAL
+        assert bundle is not None
+        assert bundle.state == BundleState.TERMINAL
         await agent.close()
 
 
@@ -79,13 +82,15 @@ async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while
         result = await svc.clarifications.respond(
             agent.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(result, lc.DeliveryFailed) and result.retryable is True
+        assert isinstance(result, lc.DeliveryFailed)
+        assert result.retryable is True
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"pending"}
         assert not any("response" in r or "response_delivery_pending" in r for r in stored)
         # The waiter never confirmed, so it no longer counts as live: the next answer is detached.
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
 
@@ -162,9 +167,8 @@ async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Datab
             )
             assert sorted(won) == [0, 2], won
             stored = await rows(db, agent.pending_id)
-            assert len({r["status"] for r in stored}) == 1 and not any(
-                r.get("response_delivery_pending") for r in stored
-            )
+            assert len({r["status"] for r in stored}) == 1
+            assert not any(r.get("response_delivery_pending") for r in stored)
             await agent.close()
 
 
@@ -191,9 +195,11 @@ async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_on
         failed = await svc.clarifications.respond(
             agent.pending_id, yes("q2"), rejected=False, authorize=trusted
         )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable  # nobody consumed the hand-off
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable
         after = await rows(db, agent.pending_id)
-        assert after[0] == before_q1 and after[1]["status"] == "pending"
+        assert after[0] == before_q1
+        assert after[1]["status"] == "pending"
         # Detached now: the retry resumes the agent with the pending sibling only.
         ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False, authorize=trusted)
         assert isinstance(ok, lc.Responded)
@@ -216,7 +222,8 @@ async def test_cancel_of_a_live_request_ends_its_waiter_and_touches_no_other_bun
         first.wait()
         assert await svc.clarifications.cancel(first.pending_id, authorize=trusted) is True
         outcome = await first.outcome()
-        assert isinstance(outcome, lc.Closed) and outcome.status == "cancelled"
+        assert isinstance(outcome, lc.Closed)
+        assert outcome.status == "cancelled"
         assert {r["status"] for r in await rows(db, first.pending_id)} == {"cancelled"}
         assert {r["status"] for r in await rows(db, second.pending_id)} == {"pending"}
         assert await svc.clarifications.cancel(first.pending_id, authorize=trusted) is False
@@ -248,14 +255,16 @@ async def test_session_entering_a_terminal_state_expires_current_turn_bundles_be
         async with recording(svc) as log:
             await svc.operations.set_session_state(session_id, SessionState.COMPLETED)
         outcome = await agent.outcome()
-        assert isinstance(outcome, lc.Closed) and outcome.status == "expired"
+        assert isinstance(outcome, lc.Closed)
+        assert outcome.status == "expired"
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"expired"}
         kinds = [e["type"] for e in log.events]
         assert kinds.index("session.state") > max(i for i, k in enumerate(kinds) if k == "message.updated")
         late = await svc.clarifications.respond(
             agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
         )
-        assert isinstance(late, lc.Conflict) and late.reason == ConflictReason.TERMINAL
+        assert isinstance(late, lc.Conflict)
+        assert late.reason == ConflictReason.TERMINAL
         await agent.close()
 
 
@@ -268,11 +277,13 @@ async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older
         agent = await Agent.ask(svc, secondary.id, timeout_seconds=0.05)
         await agent.outcome()
         blocked = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
-        assert isinstance(blocked, TaskAdvanceBlocked) and blocked.session_id == secondary.id
+        assert isinstance(blocked, TaskAdvanceBlocked)
+        assert blocked.session_id == secondary.id
         assert (await svc.reads.task(task_id)).workflow_step == "todo"
         await svc.operations.start_turn(secondary.id)  # the question is now older-turn history
         advanced = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
-        assert isinstance(advanced, TaskAdvanced) and advanced.task.workflow_step == "review"
+        assert isinstance(advanced, TaskAdvanced)
+        assert advanced.task.workflow_step == "review"
         await agent.close()
 
 
@@ -284,13 +295,12 @@ async def test_workflow_guard_fails_closed_when_the_active_state_read_fails(db: 
             result = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         finally:
             faults.configure([])
-        assert isinstance(result, TaskAdvanceBlocked) and result.session_id is None
+        assert isinstance(result, TaskAdvanceBlocked)
+        assert result.session_id is None
         assert (await svc.reads.task(task_id)).workflow_step == "todo"
 
 
-async def _stranded_claim(
-    svc: object, db: Database, session_id: str, pending_id: str, ids: list[str]
-) -> None:
+async def _stranded_claim(db: Database, session_id: str, pending_id: str, ids: list[str]) -> None:
     async with db.write() as conn:
         await locks.lock_sessions(conn, [session_id])
         claimed = await repo.claim(
@@ -313,15 +323,17 @@ async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answ
     async with running(db) as svc:
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
-        await _stranded_claim(svc, db, session_id, agent.pending_id, [agent.bundle.rows[0].id])  # type: ignore[union-attr]
+        await _stranded_claim(db, session_id, agent.pending_id, [agent.bundle.rows[0].id])  # type: ignore[union-attr]
         await agent.stream.aclose()  # the process "died": its waiter is gone
     async with running(db) as restarted:
         assert await restarted.recovery.recover_delivery_intents() == (1, 0)
         assert await restarted.recovery.detach_orphaned_waiters() == 1
         stored = await rows(db, agent.pending_id)
-        assert stored[0]["status"] == "pending" and "response_delivery_pending" not in stored[0]
+        assert stored[0]["status"] == "pending"
+        assert "response_delivery_pending" not in stored[0]
         bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         # The agent reconnects and asks again: same bundle, live again, and the answer arrives.
         again = await Agent.ask(restarted, session_id)
         assert again.pending_id == agent.pending_id
@@ -342,7 +354,7 @@ async def test_startup_retires_the_intent_of_a_superseded_or_terminal_claim(db: 
         _, finished = await new_session(svc)
         agents = [await Agent.ask(svc, s) for s in (superseded, finished)]
         for s, a in zip((superseded, finished), agents, strict=True):
-            await _stranded_claim(svc, db, s, a.pending_id, [a.bundle.rows[0].id])  # type: ignore[union-attr]
+            await _stranded_claim(db, s, a.pending_id, [a.bundle.rows[0].id])  # type: ignore[union-attr]
             await a.stream.aclose()
         await svc.operations.start_turn(superseded)
         await svc.operations.set_session_state(finished, SessionState.FAILED)
@@ -350,6 +362,8 @@ async def test_startup_retires_the_intent_of_a_superseded_or_terminal_claim(db: 
         assert await svc.recovery.recover_delivery_intents() == (0, 0)
         for a in agents:
             stored = await rows(db, a.pending_id)
-            assert stored[0]["status"] == "answered" and "response_delivery_pending" not in stored[0]
+            assert stored[0]["status"] == "answered"
+            assert "response_delivery_pending" not in stored[0]
             bundle = await svc.clarifications.bundle(a.pending_id, authorize=trusted)
-            assert bundle is not None and bundle.state == BundleState.TERMINAL
+            assert bundle is not None
+            assert bundle.state == BundleState.TERMINAL

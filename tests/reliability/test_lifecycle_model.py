@@ -370,7 +370,8 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
                 )
                 return
             if state == ACTIVE_LIVE:
-                assert isinstance(result, lc.Responded) and result.resumed is False, result
+                assert isinstance(result, lc.Responded), result
+                assert result.resumed is False, result
                 for q in b.pending:
                     b.rows[q] = "answered"
                 self.model.end_agent(
@@ -382,12 +383,15 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             self.model.mark_disconnected(b)
             self.model.dispatches.append((b.pending_id, outcome))
             if outcome == "rejected":
-                assert isinstance(result, lc.DeliveryFailed) and result.retryable is True, result
+                assert isinstance(result, lc.DeliveryFailed), result
+                assert result.retryable is True, result
                 return
             if outcome == "accepted":
-                assert isinstance(result, lc.Responded) and result.resumed is True, result
+                assert isinstance(result, lc.Responded), result
+                assert result.resumed is True, result
             else:
-                assert isinstance(result, lc.DeliveryFailed) and result.retryable is False, result
+                assert isinstance(result, lc.DeliveryFailed), result
+                assert result.retryable is False, result
             for q in b.pending:
                 b.rows[q] = "answered"
             self.model.deliveries[b.pending_id] = "resume" if outcome == "accepted" else "ambiguous"
@@ -405,7 +409,8 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             if state in (SUPERSEDED, TERMINAL):
                 assert isinstance(result, lc.Conflict), result
                 return
-            assert isinstance(result, lc.Responded) and result.resumed is False, result
+            assert isinstance(result, lc.Responded), result
+            assert result.resumed is False, result
             if state == ACTIVE_DETACHED:
                 self.model.mark_disconnected(b)
             for q in b.pending:

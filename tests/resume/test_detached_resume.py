@@ -8,6 +8,7 @@ import pytest
 
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
+from backend.domain.errors import TurnwiseError
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
@@ -37,11 +38,15 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
                 agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
             )
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
-        assert isinstance(result, lc.Responded) and result.resumed is True
+        assert isinstance(result, lc.Responded)
+        assert result.resumed is True
         assert len(executor.received) == 1
         request = executor.received[0]
-        assert "Question 1?" in request.prompt and "Question 2?" in request.prompt and "yes" in request.prompt
-        assert request.generation == request.turn_id and request.pending_id == agent.pending_id
+        assert "Question 1?" in request.prompt
+        assert "Question 2?" in request.prompt
+        assert "yes" in request.prompt
+        assert request.generation == request.turn_id
+        assert request.pending_id == agent.pending_id
         stored = await turn_rows(db, session_id)
         assert [t["id"] for t in stored] == [source_turn, request.turn_id]
         # Published: no private key is left on the successor, and it is visible and current.
@@ -74,9 +79,11 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         failed = await svc.clarifications.respond(
             agent.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is True
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         # No failed-dispatch turn supersedes the bundle.
         assert await turn_rows(db, session_id) == before
         svc.orchestrator.executor = executor
@@ -84,7 +91,8 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         retry = await svc.clarifications.respond(
             agent.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(retry, lc.Responded) and retry.resumed is True
+        assert isinstance(retry, lc.Responded)
+        assert retry.resumed is True
         # The durable record, not the script: the refused turn is gone, the accepted one is current.
         refused, accepted = executor.received if refusal == "rejected" else (None, *executor.received)
         stored = [t["id"] for t in await turn_rows(db, session_id)]
@@ -107,14 +115,16 @@ async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_sta
             failed = await svc.clarifications.respond(
                 agent.pending_id, yes("q1"), rejected=False, authorize=trusted
             )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is True
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
         retry = await svc.clarifications.respond(
             agent.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(retry, lc.Responded) and len(executor.received) == 1
+        assert isinstance(retry, lc.Responded)
+        assert len(executor.received) == 1
         await agent.close()
 
 
@@ -129,7 +139,8 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
             failed = await svc.clarifications.respond(
                 agent.pending_id, yes("q1"), rejected=False, authorize=trusted
             )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is False
         assert len(executor.received) == 1
         successor = executor.received[0].turn_id
         answered = await rows(db, agent.pending_id)
@@ -165,12 +176,14 @@ async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_suc
         failed = await svc.clarifications.respond(
             agent.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is False
         successor = executor.received[0].turn_id
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == successor
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.TERMINAL
+        assert bundle is not None
+        assert bundle.state == BundleState.TERMINAL
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}
         assert isinstance(
             await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
@@ -187,12 +200,13 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
     async with resuming(db, ["rejected"], dispatch_seconds=0.3, persistence_seconds=1.0) as (svc, executor):
         _, session_id = await new_session(svc)
         first = await detached_question(svc, session_id)
-        predecessor = first.bundle.turn_id  # type: ignore[union-attr]
+        predecessor = first.turn_id
         async with faulty("resume.rollback"):
             failed = await svc.clarifications.respond(
                 first.pending_id, yes("q1"), rejected=False, authorize=trusted
             )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is False
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is False
         assert svc.orchestrator.quarantined(session_id)
         reserved = executor.received[0].turn_id
         # Another answer in that session cannot enter: admission stays closed (and stays retryable).
@@ -200,7 +214,8 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
         blocked = await svc.clarifications.respond(
             second.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(blocked, lc.DeliveryFailed) and blocked.retryable is True
+        assert isinstance(blocked, lc.DeliveryFailed)
+        assert blocked.retryable is True
         assert len(executor.received) == 1
         # Ready handling waits on the unresolved reservation and gives up without touching state.
         with pytest.raises(Exception, match="unresolved"):
@@ -231,7 +246,7 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
                 conn,
                 session_id,
                 turn_id="elsewhere",
-                source_turn_id=agent.bundle.turn_id,  # type: ignore[union-attr]
+                source_turn_id=agent.turn_id,
                 pending_id="other",
                 message_ids=["m-other"],
                 claim_id=None,
@@ -240,10 +255,12 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
         failed = await svc.clarifications.respond(
             agent.pending_id, yes("q1"), rejected=False, authorize=trusted
         )
-        assert isinstance(failed, lc.DeliveryFailed) and failed.retryable is True
+        assert isinstance(failed, lc.DeliveryFailed)
+        assert failed.retryable is True
         assert executor.received == []
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
 
 
@@ -252,7 +269,7 @@ async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Data
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        stale_turn = agent.bundle.turn_id  # type: ignore[union-attr]
+        stale_turn = agent.turn_id
         await svc.operations.start_turn(session_id)
         before = await turn_rows(db, session_id)
         outcome = await svc.orchestrator.dispatch_answer(
@@ -266,7 +283,8 @@ async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Data
             origin="watchdog",
         )
         assert outcome == ResumeOutcome(False, True, "the clarification's turn is no longer current")
-        assert executor.received == [] and await turn_rows(db, session_id) == before
+        assert executor.received == []
+        assert await turn_rows(db, session_id) == before
         await agent.close()
 
 
@@ -281,7 +299,9 @@ async def _overlapping_ready_event(
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
+        assert agent.bundle is not None
+        predecessor = agent.bundle.turn_id
+        assert predecessor is not None
         respond = asyncio.create_task(
             svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
@@ -297,7 +317,7 @@ async def _overlapping_ready_event(
         error: BaseException | None = None
         try:
             await ready
-        except Exception as exc:
+        except TurnwiseError as exc:
             error = exc
         # It arrived while the dispatch was held, so it waited for the reservation's outcome.
         assert watching.overlapped[0] is True, "the ready event must wait for the live reservation"
@@ -312,10 +332,12 @@ async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation
     db: Database,
 ) -> None:
     error, predecessor_completed, completed = await _overlapping_ready_event(db, "accepted", "own")
-    assert error is not None and getattr(error, "code", "") == "STALE_GENERATION"
+    assert error is not None
+    assert getattr(error, "code", "") == "STALE_GENERATION"
     # The accepted successor ended its predecessor when it was published; the stale ready event
     # itself completed nothing: the successor is still open.
-    assert predecessor_completed and len(completed) == 1
+    assert predecessor_completed
+    assert len(completed) == 1
 
 
 @pytest.mark.scenario("S28")
@@ -323,7 +345,8 @@ async def test_ready_event_whose_generation_still_owns_the_session_after_rollbac
     db: Database,
 ) -> None:
     error, predecessor_completed, _ = await _overlapping_ready_event(db, "rejected", "own")
-    assert error is None and predecessor_completed
+    assert error is None
+    assert predecessor_completed
 
 
 @pytest.mark.scenario("S31")
@@ -331,8 +354,10 @@ async def test_generationless_ready_event_overlapping_a_reservation_is_dropped_a
     db: Database,
 ) -> None:
     error, predecessor_completed, completed = await _overlapping_ready_event(db, "rejected", None)
-    assert error is not None and getattr(error, "code", "") == "STALE_GENERATION"
-    assert completed == [] and not predecessor_completed
+    assert error is not None
+    assert getattr(error, "code", "") == "STALE_GENERATION"
+    assert completed == []
+    assert not predecessor_completed
 
 
 async def test_the_resumed_agent_completes_its_own_turn_with_the_generation_it_was_given(
@@ -358,7 +383,8 @@ def test_executor_is_chosen_by_settings() -> None:
     hook = executor_for(Settings(executor="webhook", webhook_url="http://127.0.0.1:9/x"), prompts)  # type: ignore[arg-type]
     assert isinstance(hook, WebhookExecutor)
     scripted = executor_for(Settings(executor="scripted", scripted_outcomes=("rejected",)), prompts)  # type: ignore[arg-type]
-    assert isinstance(scripted, ScriptedExecutor) and scripted.outcomes == ["rejected"]
+    assert isinstance(scripted, ScriptedExecutor)
+    assert scripted.outcomes == ["rejected"]
     with pytest.raises(ValueError, match="TURNWISE_WEBHOOK_URL"):
         executor_for(Settings(executor="webhook"), prompts)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="channel, webhook or scripted"):

@@ -36,7 +36,8 @@ async def strand(
     (pending id, reservation turn id, claimed message ids)."""
     agent = await detached_question(svc, session_id, questions(qs))
     bundle = agent.bundle
-    assert bundle is not None and bundle.turn_id is not None
+    assert bundle is not None
+    assert bundle.turn_id is not None
     ids = [r.id for r in bundle.rows]
     async with db.write() as conn:
         await locks.lock_sessions(conn, [session_id])
@@ -109,7 +110,8 @@ async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_cla
         assert sibling["status"] == "answered"
         assert sorted(log.kinds("message.updated")) == sorted(claimed)
         bundle = await restarted.clarifications.bundle(pending_id, authorize=trusted)
-        assert bundle is not None and bundle.state == BundleState.ACTIVE_DETACHED
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
 
 
 @pytest.mark.parametrize("marker", [True, "true", "1", 1])
@@ -242,4 +244,5 @@ async def test_outbox_replays_start_then_completion_and_keeps_the_marker_when_th
         ]
         stored = {t["id"]: t for t in await turn_rows(db, session_id)}
         # A completed reservation is never reopened by recovery.
-        assert stored[reserved]["metadata"] == {} and stored[reserved]["completed"]
+        assert stored[reserved]["metadata"] == {}
+        assert stored[reserved]["completed"]

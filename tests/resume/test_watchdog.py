@@ -41,7 +41,8 @@ async def test_silent_agent_gets_its_live_answer_again_as_one_resume_prompt(
         (watch,) = watches
         assert await finished(watch) == "dispatched"
         assert len(executor.received) == 1
-        assert executor.received[0].pending_id == agent.pending_id and "SQLite" in executor.received[0].prompt
+        assert executor.received[0].pending_id == agent.pending_id
+        assert "SQLite" in executor.received[0].prompt
         stored = {t["id"]: t for t in await turn_rows(db, session_id)}
         assert stored[clarification_turn]["completed"]
         async with db.read() as conn:
@@ -78,7 +79,8 @@ async def test_watchdog_does_not_dispatch_after_its_turn_is_superseded(
         assert await finished(watch) == "skipped:superseded"
         assert executor.received == []
         stored = {t["id"]: t for t in await turn_rows(db, session_id)}
-        assert not stored[newer.id]["completed"] and not stored[agent.bundle.turn_id]["completed"]  # type: ignore[union-attr]
+        assert not stored[newer.id]["completed"]
+        assert not stored[agent.turn_id]["completed"]
         await agent.close()
 
 

@@ -74,7 +74,8 @@ async def test_webhook_status_decides_the_outcome(
     _Hook.behaviour = behaviour
     result = await WebhookExecutor(hook).dispatch(request(), deadline_seconds=0.5)
     assert result.outcome is outcome
-    assert _Hook.received[-1]["turn_id"] == "turn-1" and _Hook.received[-1]["type"] == "prompt"
+    assert _Hook.received[-1]["turn_id"] == "turn-1"
+    assert _Hook.received[-1]["type"] == "prompt"
 
 
 async def test_webhook_that_cannot_be_reached_is_a_known_non_delivery() -> None:

@@ -43,9 +43,9 @@ async def test_hub_re_reads_once_and_fans_out_to_every_matching_watcher(db: Data
             task = await services.operations.create_task("t")
             session = await services.operations.create_session(task.id, is_primary=True, input_capable=True)
             with (
-                hub.watch_projections(lambda t, s: t == task.id) as by_task,
-                hub.watch_projections(lambda t, s: s == session.id) as by_session,
-                hub.watch_projections(lambda t, s: False) as elsewhere,
+                hub.watch_projections(lambda t, _s: t == task.id) as by_task,
+                hub.watch_projections(lambda _t, s: s == session.id) as by_session,
+                hub.watch_projections(lambda _t, _s: False) as elsewhere,
             ):
                 before = db.statements
                 await services.operations.start_turn(session.id)

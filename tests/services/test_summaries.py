@@ -43,7 +43,8 @@ async def test_stale_summary_is_repaired_with_a_newer_revision_and_unrelated_fie
         assert (summary.revision, summary.pending_action) == (8, None)
         row = await stored_summary(db, task_id)
         assert row is not None
-        assert row["revision"] == 8 and row["pending_action"] is None
+        assert row["revision"] == 8
+        assert row["pending_action"] is None
         assert row["fields"] == {"workflow": "review", "unread": 3}
 
 
@@ -92,7 +93,8 @@ async def test_exhausted_compare_and_set_gives_no_summary_and_refresh_raises(db:
             await services.summaries.refresh([task_id])
         row = await stored_summary(db, task_id)
         # Every competing write won; the cache still says clean and nobody acknowledged otherwise.
-        assert row is not None and row["pending_action"] is None
+        assert row is not None
+        assert row["pending_action"] is None
 
 
 async def test_lost_race_rereads_and_converges(db: Database) -> None:

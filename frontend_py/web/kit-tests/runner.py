@@ -40,7 +40,7 @@ async def run_all() -> dict[str, object]:
     for module_name in _modules():
         try:
             module = __import__(module_name)
-        except Exception as error:  # an import error fails the module, not the whole run
+        except Exception as error:  # noqa: BLE001 - an import error fails the module, not the whole run
             failed.append({"test": module_name, "error": _describe(error)})
             continue
         for name in sorted(dir(module)):
@@ -53,7 +53,7 @@ async def run_all() -> dict[str, object]:
                 if hasattr(outcome, "send") and hasattr(outcome, "throw"):
                     await outcome
                 passed.append(test_id)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - any error fails this test, not the run
                 failed.append({"test": test_id, "error": _describe(error)})
     return {
         "done": True,
@@ -71,7 +71,7 @@ async def main() -> None:
 
     try:
         report = await run_all()
-    except Exception as error:  # report a broken runner instead of leaving the page silent
+    except Exception as error:  # noqa: BLE001 - report a broken runner instead of leaving the page silent
         report = {
             "done": True,
             "total": 0,
