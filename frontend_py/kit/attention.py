@@ -27,7 +27,7 @@ Notifications (``Notifier``) follow these rules:
   bundle to show.
 """
 
-try:  # noqa: SIM105 - MicroPython has no contextlib
+try:  # noqa: SIM105, RUF100 - MicroPython has no contextlib
     from typing import Any
 except ImportError:  # MicroPython: annotations are never evaluated there
     pass

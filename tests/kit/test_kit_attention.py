@@ -5,7 +5,7 @@ from kit_support import session, store_with, summary, task
 from frontend_py.kit import CLARIFICATION, PERMISSION, Store
 from frontend_py.kit.attention import Notifier, badge_label, first_question, page_title, waiting_count
 
-try:  # noqa: SIM105 - MicroPython has no contextlib
+try:  # noqa: SIM105, RUF100 - MicroPython has no contextlib
     from typing import Any
 except ImportError:
     pass
