@@ -65,7 +65,8 @@ class Attention:
         self.notifier = Notifier()
         self.count = -1
         self.supported = bool(js.Reflect.has(js.window, "Notification"))
-        self.keep: list[Any] = []
+        self.proxies: list[Any] = []  # event handlers: they must live as long as their target
+        self.tasks: list[Any] = []
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -74,12 +75,12 @@ class Attention:
         button = document.getElementById("notify-toggle")
         if self.supported:
             handler = create_proxy(lambda _event: self._spawn(self.toggle()))
-            self.keep.append(handler)
+            self.proxies.append(handler)
             button.addEventListener("click", handler)
             button.hidden = False
         if self._has_worker():
             on_message = create_proxy(self._on_worker_message)
-            self.keep.append(on_message)
+            self.proxies.append(on_message)
             js.navigator.serviceWorker.addEventListener("message", on_message)
         if self.enabled():
             self._run(self.notifier.arm(self.app.store))
@@ -162,10 +163,9 @@ class Attention:
             self._spawn(self._look_up(lookup))
 
     def _spawn(self, coroutine: Any) -> None:
-        task = asyncio.create_task(coroutine)
-        self.keep.append(task)
-        if len(self.keep) > 200:
-            del self.keep[2:100]
+        self.tasks.append(asyncio.create_task(coroutine))
+        if len(self.tasks) > 200:
+            del self.tasks[:100]
 
     async def _look_up(self, lookup: Lookup) -> None:
         try:
@@ -194,7 +194,7 @@ class Attention:
             shown.close()
 
         handler = create_proxy(clicked)
-        self.keep.append(handler)
+        self.proxies.append(handler)
         shown.onclick = handler
 
     def _raise_from_worker(self, note: dict[str, Any], options: dict[str, Any]) -> None:
