@@ -183,9 +183,15 @@ class Attention:
     def _raise(self, note: dict[str, Any]) -> None:
         options = {"body": note["body"], "tag": note["pendingId"], "icon": ICON}
         task_id = note["taskId"]
-        try:
-            shown = js.window.Notification.new(note["title"], window.JSON.parse(json.dumps(options)))
-        except Exception:  # noqa: BLE001, RUF100 - Android's browsers only show notifications from a worker
+        # Constructed in JavaScript: a constructor's exception does not surface as a Python one.
+        construct = js.Function.new(
+            "title",
+            "options",
+            "try { return new Notification(title, options); } catch (error) { return null; }",
+        )
+        shown = construct(note["title"], window.JSON.parse(json.dumps(options)))
+        if str(shown) in ("null", "undefined") or shown is None:
+            # Android's browsers only show notifications from a service worker.
             self._raise_from_worker(note, options)
             return
 

@@ -326,6 +326,54 @@ async def test_notifications_stay_off_until_the_person_opts_in(
     await _no_outside_requests(network)
 
 
+# Android's browsers refuse ``new Notification`` in a page; only a service worker may show one.
+PAGE_CANNOT_NOTIFY = """
+(() => {
+  const Original = window.Notification;
+  class Refusing extends Original {
+    constructor() { throw new TypeError("Illegal constructor: use showNotification()"); }
+    static get permission() { return Original.permission; }
+    static requestPermission() { return Original.requestPermission.apply(Original, arguments); }
+  }
+  window.Notification = Refusing;
+})();
+"""
+
+
+async def test_where_a_page_cannot_notify_the_service_worker_shows_the_notification(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("From the worker")
+    await page.context.grant_permissions(["notifications"], origin=web_server.base_url)
+    await page.add_init_script(PAGE_CANNOT_NOTIFY)
+    network = await open_app(page, web_server, phone=True)
+    await page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=20_000)
+    await page.get_by_test_id("task-drawer-toggle").click()
+    await page.get_by_test_id("notify-toggle").click()
+    await expect(page.get_by_test_id("notify-toggle")).to_have_attribute("aria-pressed", "true")
+    agent = await api.ask(session_id, [question("Shown by the worker?")])
+    shown = (
+        "navigator.serviceWorker.ready.then(r => r.getNotifications())"
+        ".then(list => list.map(n => ({title: n.title, body: n.body, tag: n.tag, data: n.data})))"
+    )
+    notes: list[dict[str, Any]] = []
+    for _ in range(100):
+        notes = await page.evaluate(shown)
+        if notes:
+            break
+        await asyncio.sleep(0.1)
+    assert notes == [
+        {
+            "title": "From the worker",
+            "body": "Shown by the worker?",
+            "tag": agent.pending_id,
+            "data": {"taskId": task_id, "sessionId": session_id},
+        }
+    ]
+    await agent.disconnect()
+    await _no_outside_requests(network)
+
+
 # --- installable app --------------------------------------------------------------------------------
 
 
