@@ -135,7 +135,7 @@ class App:
                     "task-list", '<p class="empty error">Could not load tasks: ' + view.esc(error) + "</p>"
                 )
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001, RUF100 - no answer at all
                 # No answer at all: the server is unreachable (the shell came from the service worker).
                 self._set_html("task-head", notify.offline_html())
                 self._set_html("task-list", '<p class="empty">Offline.</p>')

@@ -168,6 +168,8 @@ class Attention:
             del self.tasks[:100]
 
     async def _look_up(self, lookup: Lookup) -> None:
+        if not self.enabled():
+            return  # turned off, or the permission was withdrawn in the browser's settings
         try:
             data = await self.app.http.query(LOOKUP, {"taskId": lookup.task_id})
         except Exception as error:  # noqa: BLE001, RUF100 - a failed lookup only costs this notification
