@@ -300,6 +300,52 @@ async def test_a_reconnect_snapshot_raises_nothing_for_questions_already_notifie
     await _no_outside_requests(network)
 
 
+async def test_a_replayed_older_summary_neither_raises_the_count_nor_notifies_again(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    first, (first_session,) = await api.task("Replayed")
+    _second, (second_session,) = await api.task("Fresh")
+    summaries: list[tuple[Any, str]] = []
+
+    async def relay(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def forward(message: str | bytes) -> None:
+            if isinstance(message, str) and "taskSummaryChanged" in message:
+                summaries.append((ws, message))
+            ws.send(message)
+
+        server.on_message(forward)
+
+    await page.route_web_socket("**/graphql", relay)
+    network = await _open_notifying(page, web_server)
+    asked = await api.ask(first_session, [question("First?")])
+    await _wait_notes(page, 1)
+    await _expect_waiting(page, 1)
+    await api.respond(asked.pending_id, [{"questionId": "policy", "customText": "done"}])
+    await _expect_waiting(page, 0)
+    stale = [
+        (ws, text)
+        for ws, text in summaries
+        if first in text and json.loads(text)["payload"]["data"]["taskSummaryChanged"]["pendingAction"]
+    ]
+    assert stale, "the pending summary of the first question was seen on the wire"
+    ws, text = stale[-1]
+    ws.send(text)  # delivered again, late: older than the summary the page holds
+    # Messages on one connection are handled in order: once the fresh question shows, the stale
+    # summary has been applied (and ignored).
+    fresh = await api.ask(second_session, [question("Second?")])
+    notes = await _wait_notes(page, 2)
+    await _expect_waiting(page, 1)
+    assert [n["tag"] for n in notes] == [asked.pending_id, fresh.pending_id]
+    await expect(page.get_by_test_id(f"task-row-{first}").get_by_test_id("task-question-icon")).to_have_count(
+        0
+    )
+    for agent in (asked, fresh):
+        await agent.disconnect()
+    await _no_outside_requests(network)
+
+
 async def test_notifications_stay_off_until_the_person_opts_in(
     page: Any, web_server: Server, api: Api
 ) -> None:
