@@ -9,6 +9,7 @@ document and the browser's Notification API:
 * The opt-in control (``notify-toggle``) asks for the browser's permission; the choice is kept in
   local storage. Notifications are on when the person opted in and the browser granted permission.
 * A notification's click focuses the page and activates the task as its row does.
+* ``start`` also registers the service worker (``/sw.js``: the installable app and offline shell).
 * Where the page cannot construct a notification (Android's browsers), the service worker shows it;
   its click comes back as a message (or opens the owner session when no page is open).
 """
@@ -79,6 +80,9 @@ class Attention:
             button.addEventListener("click", handler)
             button.hidden = False
         if self._has_worker():
+            # Registered once the app is interactive, so installing the shell (about 2 MB) never
+            # competes with the first load; a start without network needs an earlier visit anyway.
+            js.navigator.serviceWorker.register("/sw.js")
             on_message = create_proxy(self._on_worker_message)
             self.proxies.append(on_message)
             js.navigator.serviceWorker.addEventListener("message", on_message)
