@@ -127,7 +127,7 @@ class Attention:
         elif on:
             label = "Notifications on"
         elif permission == "denied":
-            label = "Notifications blocked by the browser"
+            label = "Notifications blocked"
         else:
             label = "Turn on notifications"
         button.setAttribute("aria-pressed", "true" if on else "false")
