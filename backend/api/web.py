@@ -1,7 +1,9 @@
-"""The web app's routes: the app's pages, its static files, the browser runtimes and the favicon."""
+"""The web app's routes: pages, static files, browser runtimes, favicon, manifest and service worker."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -17,6 +19,24 @@ WEB = FRONTEND / "web"
 APP = WEB / "app"
 INDEX = APP / "index.html"
 FAVICON = APP / "favicon.svg"
+MANIFEST = APP / "manifest.webmanifest"
+WORKER = APP / "sw.js"
+VENDOR = WEB / "vendor"
+# The shell the service worker keeps besides the app's sources: the page, its style and icons.
+SHELL = [
+    "/",
+    "/favicon.ico",
+    "/manifest.webmanifest",
+    "/app/app.css",
+    "/app/pyscript.json",
+    "/app/icon.svg",
+    "/app/icon-192.png",
+    "/app/icon-512.png",
+    "/app/icon-maskable-512.png",
+]
+# The runtimes the page loads (source maps and the unused interpreter variants stay out).
+RUNTIME_FOLDERS = ("pyscript",)
+RUNTIME_FILES = ("micropython/micropython.mjs", "micropython/micropython.wasm")
 
 # Every route of the single-page app serves the same page; the app reads the path itself.
 APP_PATHS = ("/", "/t/{task_id}", "/t/{task_id}/s/{session_id}")
@@ -51,16 +71,75 @@ async def _package_init(_: Request) -> Response:
     return FileResponse(FRONTEND / "__init__.py", media_type="text/x-python")
 
 
+async def _manifest(_: Request) -> Response:
+    return FileResponse(
+        MANIFEST, media_type="application/manifest+json", headers={"Cache-Control": "no-cache"}
+    )
+
+
+def precache_list() -> list[str]:
+    """Every URL the service worker stores on install: the shell, the app's sources, the runtimes."""
+    urls = list(SHELL)
+    config = json.loads((APP / "pyscript.json").read_text())
+    urls += sorted(config["files"])
+    for folder in RUNTIME_FOLDERS:
+        base = VENDOR / folder
+        if base.is_dir():
+            for path in sorted(base.iterdir()):
+                # PyScript's own worker script is for its other interpreters; maps are for debugging.
+                if path.is_file() and not path.name.endswith(".map") and path.name != "service-worker.js":
+                    urls.append("/vendor/" + folder + "/" + path.name)
+    for name in RUNTIME_FILES:
+        if (VENDOR / name).is_file():
+            urls.append("/vendor/" + name)
+    return urls
+
+
+def _served_file(url: str) -> Path | None:
+    if url.startswith("/vendor/"):
+        return VENDOR / url[len("/vendor/") :]
+    if url.startswith("/src/"):
+        return Path(__file__).resolve().parents[2] / url[len("/src/") :]
+    if url.startswith("/app/"):
+        return APP / url[len("/app/") :]
+    return {"/": INDEX, "/favicon.ico": FAVICON, "/manifest.webmanifest": MANIFEST}.get(url)
+
+
+def worker_script() -> str:
+    """``sw.js`` with its list and a version that changes whenever a listed file changes."""
+    urls = precache_list()
+    digest = hashlib.sha256(WORKER.read_bytes())
+    for url in urls:
+        path = _served_file(url)
+        if path is not None and path.is_file():
+            stat = path.stat()
+            digest.update(f"{url} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    script = WORKER.read_text()
+    script = script.replace("__VERSION__", digest.hexdigest()[:16])
+    return script.replace("__PRECACHE__", json.dumps(urls))
+
+
+async def _worker(_: Request) -> Response:
+    # Served from the root so its scope covers every route; never cached, so updates reach browsers.
+    return Response(
+        worker_script(),
+        media_type="text/javascript",
+        headers={"Cache-Control": "no-cache", "Service-Worker-Allowed": "/"},
+    )
+
+
 def web_routes() -> list[BaseRoute]:
     """Routes for the app at `/`; the vendor folder holds what scripts/install-assets.sh installed."""
     routes: list[BaseRoute] = [Route(path, _index, methods=["GET", "HEAD"]) for path in APP_PATHS]
     routes += [
         Route("/favicon.ico", _favicon, methods=["GET", "HEAD"]),
+        Route("/manifest.webmanifest", _manifest, methods=["GET", "HEAD"]),
+        Route("/sw.js", _worker, methods=["GET", "HEAD"]),
         Route("/src/frontend_py/__init__.py", _package_init, methods=["GET", "HEAD"]),
         Mount("/src/frontend_py/kit", _PythonStatic(directory=FRONTEND / "kit")),
         Mount("/src/frontend_py/app", _PythonStatic(directory=FRONTEND / "app")),
         Mount("/app", _PythonStatic(directory=APP)),
         # check_dir=False: a checkout without installed assets still starts; the page says what is missing.
-        Mount("/vendor", StaticFiles(directory=WEB / "vendor", check_dir=False)),
+        Mount("/vendor", StaticFiles(directory=VENDOR, check_dir=False)),
     ]
     return routes

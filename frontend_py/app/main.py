@@ -4,11 +4,13 @@ Thin by design: ordering, pending derivation and activation live in the kit (``f
 this module moves data between the transport, the kit's ``Store`` and the DOM.
 """
 
+import asyncio
+
 import js  # type: ignore[import-not-found]
 from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
-from frontend_py.app import net, queries, view
+from frontend_py.app import net, notify, queries, view
 from frontend_py.kit import ActivationController, Lifetimes, Navigator, Store, session_route, task_route
 
 try:
@@ -108,6 +110,7 @@ class App:
         self._rows: dict[str, tuple[Any, str]] = {}
         self.booted = False
         self.signed_out = False
+        self.attention = notify.Attention(self)
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -118,18 +121,26 @@ class App:
         self._apply_layout()
         self.socket.start()
         self.summary_sub = self.socket.subscribe(queries.TASK_SUMMARIES, {}, self._on_summary)
-        try:
-            await self.load_tasks()
-        except net.Unauthorized:
-            self.sign_out("That token was not accepted. Sign in again.")
-            return
-        except Exception as error:  # noqa: BLE001 - the page shows whatever broke the load
-            self._set_html(
-                "task-list", '<p class="empty error">Could not load tasks: ' + view.esc(error) + "</p>"
-            )
-            return
+        while True:
+            try:
+                await self.load_tasks()
+                break
+            except net.Unauthorized:
+                self.sign_out("That token was not accepted. Sign in again.")
+                return
+            except net.GraphQLError as error:
+                self._set_html(
+                    "task-list", '<p class="empty error">Could not load tasks: ' + view.esc(error) + "</p>"
+                )
+                return
+            except Exception:  # noqa: BLE001, RUF100 - no answer at all
+                # No answer at all: the server is unreachable (the shell came from the service worker).
+                self._set_html("task-head", notify.offline_html())
+                self._set_html("task-list", '<p class="empty">Offline.</p>')
+                await asyncio.sleep(3)
         self.booted = True
         self.render()
+        self.attention.start()
         document.documentElement.setAttribute("data-ready-at", str(window.performance.now()))
         document.documentElement.setAttribute("data-ready", "true")
         self.set_route(str(window.location.pathname))
@@ -538,6 +549,7 @@ class App:
             return
         self._render_tasks()
         self._render_main(scroll)
+        self.attention.update()
 
     def _render_tasks(self) -> None:
         # 200 rows are rebuilt on every render; a row's HTML is reused while its inputs are unchanged,
