@@ -120,7 +120,7 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
                 claim_id=claim_id,
                 detach_rows=False,
             )
-            await tasks.bump_pending_seq(conn, sid)
+            await tasks.bump_pending_seqs(conn, [sid])
         async with db.write() as conn:  # the confirmation transaction
             await locks.lock_sessions(conn, [sid])
             assert await repo.settle_claim(conn, [r.id for r in claimed], claim_id)
