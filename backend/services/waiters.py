@@ -57,6 +57,13 @@ def claim_from_json(data: dict[str, Any]) -> Claim:
     )
 
 
+# Session events that can never end a waiter's hold on its bundle, so they wake nobody: a message
+# added (a new question or message leaves other bundles as they are) and a session state change (a
+# terminal one expires the questions and publishes their rows, which wakes the waiters). Skipping
+# them spares every ask the re-read its own events would otherwise cause.
+NO_WAKE_EVENTS = frozenset({"message.added", "session.state"})
+
+
 @dataclass
 class Notice:
     kind: str  # "handoff" | "wake"
@@ -241,6 +248,8 @@ class WaiterHub:
                 future.set_result(bool(message.get("ok")))
 
     async def _on_session_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") in NO_WAKE_EVENTS:
+            return
         for waiter_id in list(self._by_session.get(str(event.get("session_id")), ())):
             waiter = self._waiters.get(waiter_id)
             if waiter is not None:

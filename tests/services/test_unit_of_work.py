@@ -194,3 +194,20 @@ async def test_ask_and_respond_cost_the_same_statements_and_transactions_as_data
         ask_tx, _, respond_tx, _ = first
         # One transaction to ask; a live respond is the claim plus the waiter's confirmation.
         assert (ask_tx, respond_tx) == (1, 2)
+
+
+async def test_only_events_that_can_end_a_hold_wake_its_waiter(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        waiter = svc.waiters.register(session_id)
+        try:
+            for kind in ("message.added", "session.state"):
+                await svc.waiters._on_session_event({"type": kind, "session_id": session_id})
+                assert not waiter.wake_queued, kind
+            for kind in ("message.updated", "message.deleted", "turn.started", "turn.completed"):
+                await svc.waiters._on_session_event({"type": kind, "session_id": session_id})
+                assert waiter.wake_queued, kind
+                assert (await waiter.queue.get()).kind == "wake"
+                waiter.wake_queued = False
+        finally:
+            svc.waiters.unregister(waiter)
