@@ -2,7 +2,8 @@
 
 Each write is one conditional statement whose WHERE re-checks what the caller decided on (pending
 status, current-turn ownership, live session, claim identity), so a stale decision changes nothing.
-Callers hold the session lock (`locks.lock_sessions`) and bump the pending sequence themselves.
+Callers run inside a unit of work (`services/uow.py`), which holds the session lock and bumps the
+pending sequence of every session it touched once, at commit.
 """
 
 from __future__ import annotations
