@@ -81,6 +81,18 @@ async def create_session(
 
 
 _GET_SESSION = select(task_sessions).where(task_sessions.c.id == bindparam("b_session"))
+_TASKS_OF_SESSIONS = (
+    select(task_sessions.c.task_id)
+    .where(task_sessions.c.id.in_(bindparam("b_session_ids", expanding=True)))
+    .distinct()
+)
+
+
+async def task_ids_of_sessions(conn: AsyncConnection, session_ids: Sequence[str]) -> list[str]:
+    if not session_ids:
+        return []
+    result = await conn.execute(_TASKS_OF_SESSIONS, {"b_session_ids": sorted(set(session_ids))})
+    return sorted(r.task_id for r in result)
 
 
 async def get_session(conn: AsyncConnection, session_id: str) -> SessionRecord:

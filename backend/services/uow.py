@@ -7,10 +7,12 @@
         w.touch(session_id)                                     # the projection may have changed
         w.publish(session.task_id, session_id, "message.added", message_id=...)
 
-On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement, commits,
-and only then publishes the queued events in order (publication failures are logged, never raised:
-clients converge on their next read). When the body raises, the transaction rolls back and nothing
-is published. Services decide and write; the unit owns the lock, the bump, the commit and the fan-out.
+On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement, brings
+the existing summaries of their tasks up to date in the same transaction (so the live projector
+need not read and write them again), commits, and only then publishes the queued events in order
+(publication failures are logged, never raised: clients converge on their next read). When the body
+raises, the transaction rolls back and nothing is published. Services decide and write; the unit
+owns the lock, the bump, the commit and the fan-out.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.domain.records import SummaryRecord
 from backend.repository import locks, tasks
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
+from backend.services.summaries import project_in_transaction, publish_summaries
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,10 @@ class Work:
     locked: set[str] = field(default_factory=set)
     touched: dict[str, None] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
+    # Filled at commit: the task summaries this unit wrote, and whether every touched task's summary
+    # is provably current (then its events tell the live projector so).
+    summaries: list[SummaryRecord] = field(default_factory=list)
+    projected: bool = False
 
     async def lock(self, session_ids: Iterable[str]) -> None:
         """Serialize on more sessions (found by a read under this transaction); idempotent."""
@@ -82,7 +90,14 @@ async def uow(deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False
         await work.lock(session_ids)
         yield work
         if work.touched:
-            await tasks.bump_pending_seqs(conn, list(work.touched))
+            touched = list(work.touched)
+            await tasks.bump_pending_seqs(conn, touched)
+            work.summaries, work.projected = await project_in_transaction(
+                conn,
+                touched,
+                task_of={e.session_id: e.task_id for e in work.events},
+                fault_points=deps.settings.fault_points,
+            )
     if not hold:
         await flush(deps, work)
 
@@ -90,6 +105,7 @@ async def uow(deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False
 async def flush(deps: Deps, work: Work) -> None:
     """Publish the queued events of a committed unit, in order, once."""
     events, work.events = work.events, []
+    written, work.summaries = work.summaries, []
     for event in events:
         await publish_session_change(
             deps.bus,
@@ -98,4 +114,6 @@ async def flush(deps: Deps, work: Work) -> None:
             kind=event.kind,
             message_id=event.message_id,
             turn_id=event.turn_id,
+            projected=work.projected,
         )
+    await publish_summaries(deps, written)
