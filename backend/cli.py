@@ -32,7 +32,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(settings: Settings, *, demo: bool = False) -> None:
-    from backend.api.app import create_app
+    from backend.api.app import create_app, tune_collector
 
     app = create_app(settings)
     if demo:
@@ -55,6 +55,7 @@ def _serve(settings: Settings, *, demo: bool = False) -> None:
             app.state.demo_agent = asyncio.get_running_loop().create_task(agent.run())
 
         app.state.runtime.startup_steps.append(start_demo_agent)
+    tune_collector()
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", ws="websockets-sansio")
 
 
