@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import gc
 import json
 import sys
 import time
@@ -90,7 +91,7 @@ async def seed(db: Database, n_tasks: int, prefix: str) -> list[str]:
         ):
             for k in range(0, len(rows), 2_000):
                 await conn.execute(insert(table), rows[k : k + 2_000])
-    return [r["id"] for r in task_rows]
+    return [str(r["id"]) for r in task_rows]
 
 
 async def bare_select(db: Database, task_ids: list[str]) -> int:
@@ -129,8 +130,12 @@ async def tasks_bench(dialect: str) -> dict[str, Any]:
             statements[len(ids)] = db.statements - before
         full = await timed(lambda: tasks_read(services), repeat=15, warmup=3)
         bare = await timed(lambda: bare_select(db, ids), repeat=15, warmup=3)
-        # The whole GraphQL request in-process (no network), for scale: Strawberry's per-field cost.
-        from backend.api.app import create_app
+        # The whole GraphQL request in-process (no network), for scale: Strawberry's per-field cost,
+        # under the collector settings `turnwise serve` runs with (restored afterwards).
+        from backend.api.app import create_app, tune_collector
+
+        thresholds = gc.get_threshold()
+        tune_collector()
 
         settings = Settings(database_url=db.url, bootstrap_token="bench")
         app = create_app(settings, auto_migrate=False)
@@ -149,6 +154,8 @@ async def tasks_bench(dialect: str) -> dict[str, Any]:
                     assert len(r.json()["data"]["tasks"]) == TASKS
 
                 whole = await timed(graphql, repeat=5, warmup=1)
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
         return {
             "tasks": TASKS,
             "sessions": TASKS * SESSIONS_PER_TASK,
