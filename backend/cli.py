@@ -32,7 +32,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(settings: Settings, *, demo: bool = False) -> int:
-    from backend.api.app import create_app
+    from backend.api.app import create_app, tune_collector
 
     after_start = None
     if demo:
@@ -51,6 +51,7 @@ def _serve(settings: Settings, *, demo: bool = False) -> int:
 
         after_start = seed_and_start_agent
     app = create_app(settings, after_start=after_start)
+    tune_collector()
     try:
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", ws="websockets-sansio")
     except SystemExit as exc:

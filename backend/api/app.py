@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -37,6 +38,16 @@ class Runtime:
     epoch: int = 0
     # Why startup stopped, for `turnwise serve` to report and exit non-zero.
     failure: str | None = None
+
+
+def tune_collector() -> None:
+    """For a server process, once its application is built: move everything alive so far (modules,
+    schema, engine) out of the cyclic collector's reach, and collect young objects in larger batches.
+    With a thousand live subscriptions the default thresholds ran a full collection every few
+    deliveries, each a pause of hundreds of milliseconds in the fan-out."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
 
 
 def create_app(

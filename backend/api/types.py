@@ -217,11 +217,35 @@ class Message:
 
 @strawberry.type
 class TaskSession:
-    """Built with its projection, read in the same statement as the session (or primed for it): the
-    projection fields then resolve without another await per field."""
+    """Built with its projection, read in the same statement as the session (or primed for it). Its
+    scalar fields are plain values set once here, so a list of thousands resolves them by attribute
+    instead of through a resolver call each."""
 
     record: strawberry.Private[SessionRecord]
     projection: strawberry.Private[SessionPending]
+    id: strawberry.ID
+    task_id: strawberry.ID
+    state: SessionState
+    is_primary: bool
+    input_capable: bool
+    created_at: dt.datetime
+    pending_action: PendingActionKind | None
+    pending_action_revision: PendingActionRevision
+
+    @classmethod
+    def of(cls, record: SessionRecord, projection: SessionPending) -> TaskSession:
+        return cls(
+            record=record,
+            projection=projection,
+            id=strawberry.ID(record.id),
+            task_id=strawberry.ID(record.task_id),
+            state=SessionState(record.state),
+            is_primary=record.is_primary,
+            input_capable=record.input_capable,
+            created_at=record.created_at,
+            pending_action=pending_kind(projection.pending_action),
+            pending_action_revision=PendingActionRevision.of(projection.revision),
+        )
 
     @classmethod
     async def load(cls, info: Info[Context, None], records: Sequence[SessionRecord]) -> list[TaskSession]:
@@ -231,40 +255,8 @@ class TaskSession:
         for record, projection in zip(records, projections, strict=True):
             if projection is None:
                 raise LookupError(f"no projection for session {record.id}")
-            out.append(cls(record=record, projection=projection))
+            out.append(cls.of(record, projection))
         return out
-
-    @strawberry.field
-    def id(self) -> strawberry.ID:
-        return strawberry.ID(self.record.id)
-
-    @strawberry.field
-    def task_id(self) -> strawberry.ID:
-        return strawberry.ID(self.record.task_id)
-
-    @strawberry.field
-    def state(self) -> SessionState:
-        return SessionState(self.record.state)
-
-    @strawberry.field
-    def is_primary(self) -> bool:
-        return self.record.is_primary
-
-    @strawberry.field
-    def input_capable(self) -> bool:
-        return self.record.input_capable
-
-    @strawberry.field
-    def created_at(self) -> dt.datetime:
-        return self.record.created_at
-
-    @strawberry.field
-    def pending_action(self) -> PendingActionKind | None:
-        return pending_kind(self.projection.pending_action)
-
-    @strawberry.field
-    def pending_action_revision(self) -> PendingActionRevision:
-        return PendingActionRevision.of(self.projection.revision)
 
     @strawberry.field(description="The current-turn active bundle, or null.")
     async def active_clarification(self, info: Info[Context, None]) -> ClarificationBundle | None:
@@ -280,35 +272,33 @@ class Task:
 
     record: strawberry.Private[TaskRecord]
     view: strawberry.Private[TaskView]
+    # Plain values set once in `of`: resolved by attribute, not through a resolver call each.
+    id: strawberry.ID
+    title: str
+    workflow_step: str
+    primary_session_id: strawberry.ID | None
+    summary: TaskStatusSummary | None = strawberry.field(
+        description="Null tells a client to drop its cached summary."
+    )
+
+    @classmethod
+    def of(cls, record: TaskRecord, view: TaskView) -> Task:
+        primary = next((s.id for s in view.sessions if s.is_primary), None)
+        return cls(
+            record=record,
+            view=view,
+            id=strawberry.ID(record.id),
+            title=record.title,
+            workflow_step=record.workflow_step,
+            primary_session_id=None if primary is None else strawberry.ID(primary),
+            summary=None if view.summary is None else TaskStatusSummary.of(view.summary),
+        )
 
     @classmethod
     async def load(cls, info: Info[Context, None], records: Sequence[TaskRecord]) -> list[Task]:
         """Tasks with their reconciled views; a task that vanished meanwhile is left out."""
         views = await info.context.task_views.load_many([r.id for r in records])
-        return [cls(record=r, view=v) for r, v in zip(records, views, strict=True) if v is not None]
-
-    @strawberry.field
-    def id(self) -> strawberry.ID:
-        return strawberry.ID(self.record.id)
-
-    @strawberry.field
-    def title(self) -> str:
-        return self.record.title
-
-    @strawberry.field
-    def workflow_step(self) -> str:
-        return self.record.workflow_step
-
-    @strawberry.field
-    def primary_session_id(self) -> strawberry.ID | None:
-        for s in self.view.sessions:
-            if s.is_primary:
-                return strawberry.ID(s.id)
-        return None
-
-    @strawberry.field(description="Null tells a client to drop its cached summary.")
-    def summary(self) -> TaskStatusSummary | None:
-        return None if self.view.summary is None else TaskStatusSummary.of(self.view.summary)
+        return [cls.of(r, v) for r, v in zip(records, views, strict=True) if v is not None]
 
     @strawberry.field(description="Authoritative; the request fails if projection fails.")
     def sessions(self) -> list[Annotated[TaskSession, strawberry.lazy("backend.api.types")]]:
@@ -317,5 +307,5 @@ class Task:
             projection = self.view.projections.get(s.id)
             if projection is None:
                 raise LookupError(f"no projection for session {s.id}")
-            out.append(TaskSession(record=s, projection=projection))
+            out.append(TaskSession.of(s, projection))
         return out

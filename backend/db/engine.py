@@ -45,7 +45,9 @@ class Database:
         else:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
+        # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0
+        self.transactions = 0
         self._install_hooks()
 
     @property
@@ -80,13 +82,16 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn, conn.begin():
-            yield conn
+        async with self.engine.connect() as conn:
+            self.transactions += 1
+            async with conn.begin():
+                yield conn
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
             conn = await conn.execution_options(turnwise_write=True)
+            self.transactions += 1
             async with conn.begin():
                 yield conn
 

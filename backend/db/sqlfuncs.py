@@ -11,11 +11,17 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
 
 from backend.domain.states import TRUTHY_FLAG_TEXTS
 
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+# The metadata keys are part of the SQL text, so they are part of the statement cache key: two
+# statements that differ only in a key must never share a compiled form.
+_KEYED = [*FunctionElement._traverse_internals, ("key", InternalTraversal.dp_string)]
 
 
 def _key(key: str) -> str:
@@ -30,6 +36,7 @@ class json_text(FunctionElement[str]):
     type: TypeEngine[str] = Text()
     name = "json_text"
     inherit_cache = True
+    _traverse_internals = _KEYED
 
     def __init__(self, column: ColumnElement[Any], key: str) -> None:
         self.key = _key(key)
@@ -54,6 +61,7 @@ class json_flag(FunctionElement[bool]):
     type: TypeEngine[bool] = Boolean()
     name = "json_flag"
     inherit_cache = True
+    _traverse_internals = _KEYED
 
     def __init__(self, column: ColumnElement[Any], key: str) -> None:
         self.key = _key(key)
@@ -79,11 +87,21 @@ def _json_flag_pg(element: json_flag, compiler: SQLCompiler, **kw: Any) -> str:
     return f"(COALESCE(({compiler.process(col, **kw)} ->> '{element.key}'), '') IN ({_TRUTHY_SQL}))"
 
 
+_UPDATE_INTERNALS = [
+    *FunctionElement._traverse_internals,
+    ("set_keys", InternalTraversal.dp_string_list),
+    ("remove_keys", InternalTraversal.dp_string_list),
+]
+
+
 class json_update(FunctionElement[Any]):
     """`metadata` with some top-level keys set (shallow, values replaced whole) and others removed."""
 
     name = "json_update"
-    inherit_cache = False
+    # Cacheable: the keys shape the SQL (so they are in the cache key); the values travel as one
+    # bound parameter, which a cached statement takes afresh on every execution.
+    inherit_cache = True
+    _traverse_internals = _UPDATE_INTERNALS
 
     def __init__(
         self,

@@ -27,11 +27,19 @@ Col = ColumnElement[Any]
 # The turn metadata keys the rule reads (reservations write them; see repository/reservations.py).
 PENDING = "prompt_dispatch_pending"
 ATTEMPTED = "prompt_dispatch_attempted"
+# Aliases are built once per process: building one copies every column of its table, which was the
+# larger part of building a statement through the one rule. Each use sits in its own subquery, so
+# sharing the alias object between statements (or twice in one) changes nothing in the SQL.
+_EVIDENCE = M.alias("evidence")
+_OPEN_TURN = T.alias("open_turn")
+_CLOSED_TURN = T.alias("closed_turn")
+_PENDING_OF_KIND = {
+    kind: M.alias(f"pending_{kind}") for kind in (MESSAGE_KIND_CLARIFICATION, MESSAGE_KIND_PERMISSION)
+}
 
 
 def has_message_evidence(turn_id: Col) -> ColumnElement[bool]:
-    evidence = M.alias("evidence")
-    return exists().where(evidence.c.turn_id == turn_id)
+    return exists().where(_EVIDENCE.c.turn_id == turn_id)
 
 
 def is_authoritative_turn(turn: Any) -> ColumnElement[bool]:
@@ -53,7 +61,7 @@ def is_visible_turn(turn: Any) -> ColumnElement[bool]:
 
 
 def _newest_authoritative(session_id: Col, *, open_turns: bool) -> ScalarSelect[Any]:
-    t = T.alias("open_turn" if open_turns else "closed_turn")
+    t = _OPEN_TURN if open_turns else _CLOSED_TURN
     state = t.c.completed_at.is_(None) if open_turns else t.c.completed_at.is_not(None)
     return (
         select(t.c.id)
@@ -95,7 +103,9 @@ def is_kind(message: Any, kind: str) -> ColumnElement[bool]:
 
 
 def has_pending_kind(session_id: Col, turn_id: Col, kind: str) -> ColumnElement[bool]:
-    m = M.alias(f"pending_{kind}")
+    m = _PENDING_OF_KIND.get(kind)
+    if m is None:
+        m = M.alias(f"pending_{kind}")
     return exists().where(
         m.c.turn_id == turn_id, m.c.session_id == session_id, is_kind(m, kind), is_pending_status(m)
     )

@@ -2,7 +2,8 @@
 
 Each write is one conditional statement whose WHERE re-checks what the caller decided on (pending
 status, current-turn ownership, live session, claim identity), so a stale decision changes nothing.
-Callers hold the session lock (`locks.lock_sessions`) and bump the pending sequence themselves.
+Callers run inside a unit of work (`services/uow.py`), which holds the session lock and bumps the
+pending sequence of every session it touched once, at commit.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, case, exists, func, literal, not_, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
@@ -37,29 +38,68 @@ from backend.repository.authority import (
     session_is_live,
 )
 
+# Conditions are built once per process over bound parameters: `b_session` (the session whose
+# rows a write may touch) and `b_pending_id` (one bundle). Callers pass both as execute parameters.
+_B_SESSION = bindparam("b_session", type_=S.c.id.type)
+_B_PENDING_ID = bindparam("b_pending_id", type_=M.c.id.type)
+_PID = json_text(M.c.metadata, "pending_id")
+_PENDING_ID_IS = _PID == _B_PENDING_ID
+_IN_CURRENT_TURN = M.c.turn_id == select(current_turn_id(_B_SESSION)).scalar_subquery()
+_SESSION_LIVE = exists().where(S.c.id == _B_SESSION, session_is_live(S.c.state))
 
-def _pending_id_is(pending_id: str) -> ColumnElement[bool]:
-    return json_text(M.c.metadata, "pending_id") == pending_id
+# The one named "active rows" condition: pending clarification rows of the current turn of the
+# session `b_session` while that session is live (the one rule's definition of "active"), as the
+# WHERE of every write that may only touch active rows.
+ACTIVE_ROWS = and_(
+    M.c.session_id == _B_SESSION,
+    is_kind(M, MESSAGE_KIND_CLARIFICATION),
+    is_pending_status(M),
+    _IN_CURRENT_TURN,
+    _SESSION_LIVE,
+)
 
 
-def _in_current_turn(session_id: str) -> ColumnElement[bool]:
-    return M.c.turn_id == select(current_turn_id(literal(session_id))).scalar_subquery()
+def _bound(session_id: str, pending_id: str | None = None) -> dict[str, str]:
+    params = {"b_session": session_id}
+    if pending_id is not None:
+        params["b_pending_id"] = pending_id
+    return params
 
 
-def _session_live(session_id: str) -> ColumnElement[bool]:
-    return exists().where(S.c.id == session_id, session_is_live(S.c.state))
+# --- statements built once per process (only bound values change between calls) ----------------
 
+_SESSION_OF_BUNDLE = (
+    select(M.c.session_id)
+    .where(_PENDING_ID_IS, M.c.type == MESSAGE_KIND_CLARIFICATION)
+    .order_by(M.c.created_at, M.c.id)
+    .limit(1)
+)
 
-def _active_rows(session_id: str) -> tuple[ColumnElement[bool], ...]:
-    """Pending clarification rows of the session's current turn while the session is live: the one
-    rule's definition of "active", as the WHERE of every write that may only touch active rows."""
-    return (
-        M.c.session_id == session_id,
-        is_kind(M, MESSAGE_KIND_CLARIFICATION),
-        is_pending_status(M),
-        _in_current_turn(session_id),
-        _session_live(session_id),
+_BUNDLE_FACTS = (
+    select(
+        M.c.id,
+        M.c.session_id,
+        M.c.turn_id,
+        M.c.metadata,
+        _PID.label("pending_id"),
+        S.c.task_id,
+        S.c.state,
+        current_turn_id(M.c.session_id).label("current_turn"),
     )
+    .join(S, S.c.id == M.c.session_id)
+    .where(_PID.in_(bindparam("b_pending_ids", expanding=True)), M.c.type == MESSAGE_KIND_CLARIFICATION)
+    .order_by(M.c.created_at, M.c.id)
+)
+
+_ACTIVE_BY_SIGNATURE = (
+    select(_PID.label("pending_id"))
+    .where(
+        M.c.session_id == _B_SESSION,
+        active_clarification_rows(M, select(S.c.state).where(S.c.id == _B_SESSION).scalar_subquery()),
+        json_text(M.c.metadata, "bundle_signature") == bindparam("b_signature"),
+    )
+    .limit(1)
+)
 
 
 def _bundle_row(row: Any) -> BundleRow:
@@ -74,14 +114,7 @@ def _bundle_row(row: Any) -> BundleRow:
 
 async def session_of_bundle(conn: AsyncConnection, pending_id: str) -> str | None:
     """The session a bundle lives in (its first row's); the caller locks it, then reads the bundle."""
-    row = (
-        await conn.execute(
-            select(M.c.session_id)
-            .where(_pending_id_is(pending_id), M.c.type == MESSAGE_KIND_CLARIFICATION)
-            .order_by(M.c.created_at, M.c.id)
-            .limit(1)
-        )
-    ).first()
+    row = (await conn.execute(_SESSION_OF_BUNDLE, {"b_pending_id": pending_id})).first()
     return None if row is None else str(row.session_id)
 
 
@@ -95,24 +128,8 @@ async def bundle_facts(
     """
     if not pending_ids:
         return {}
-    pid = json_text(M.c.metadata, "pending_id")
-    query = (
-        select(
-            M.c.id,
-            M.c.session_id,
-            M.c.turn_id,
-            M.c.metadata,
-            pid.label("pending_id"),
-            S.c.task_id,
-            S.c.state,
-            current_turn_id(M.c.session_id).label("current_turn"),
-        )
-        .join(S, S.c.id == M.c.session_id)
-        .where(pid.in_(list(dict.fromkeys(pending_ids))), M.c.type == MESSAGE_KIND_CLARIFICATION)
-        .order_by(M.c.created_at, M.c.id)
-    )
     out: dict[str, tuple[list[BundleRow], str, str, str | None]] = {}
-    for row in await conn.execute(query):
+    for row in await conn.execute(_BUNDLE_FACTS, {"b_pending_ids": list(dict.fromkeys(pending_ids))}):
         entry = out.get(row.pending_id)
         if entry is None:
             current = None if row.current_turn is None else str(row.current_turn)
@@ -150,18 +167,8 @@ async def active_pending_ids_for_sessions(
 
 
 async def find_active_by_signature(conn: AsyncConnection, session_id: str, signature: str) -> str | None:
-    state = select(S.c.state).where(S.c.id == literal(session_id)).scalar_subquery()
-    row = (
-        await conn.execute(
-            select(json_text(M.c.metadata, "pending_id").label("pending_id"))
-            .where(
-                M.c.session_id == session_id,
-                active_clarification_rows(M, state),
-                json_text(M.c.metadata, "bundle_signature") == signature,
-            )
-            .limit(1)
-        )
-    ).first()
+    params = {"b_session": session_id, "b_signature": signature}
+    row = (await conn.execute(_ACTIVE_BY_SIGNATURE, params)).first()
     return None if row is None else str(row.pending_id)
 
 
@@ -238,14 +245,15 @@ async def attach_waiter(
     """A new waiter takes over an active bundle: its pending current-turn rows become attached."""
     result = await conn.execute(
         update(M)
-        .where(_pending_id_is(pending_id), *_active_rows(session_id))
+        .where(_PENDING_ID_IS, ACTIVE_ROWS)
         .values(
             metadata=json_update(
                 M.c.metadata,
                 {"agent_disconnected": False, "waiter_id": waiter_id, "waiter_instance": waiter_instance},
             )
         )
-        .returning(M.c.id)
+        .returning(M.c.id),
+        _bound(session_id, pending_id),
     )
     return [r.id for r in result]
 
@@ -267,9 +275,9 @@ async def detach(
     With `waiter_id`, only rows still owned by that waiter: a waiter that lost its bundle to a newer
     waiter of the same questions must not detach it.
     """
-    conditions = [*_active_rows(session_id), not_(json_flag(M.c.metadata, "agent_disconnected"))]
+    conditions = [ACTIVE_ROWS, not_(json_flag(M.c.metadata, "agent_disconnected"))]
     if pending_id is not None:
-        conditions.append(_pending_id_is(pending_id))
+        conditions.append(_PENDING_ID_IS)
     if waiter_id is not None:
         conditions.append(json_text(M.c.metadata, "waiter_id") == waiter_id)
     if turn_id is not None:
@@ -278,7 +286,8 @@ async def detach(
         update(M)
         .where(*conditions)
         .values(metadata=json_update(M.c.metadata, {"agent_disconnected": True}))
-        .returning(M.c.id, json_text(M.c.metadata, "pending_id").label("pending_id"))
+        .returning(M.c.id, json_text(M.c.metadata, "pending_id").label("pending_id")),
+        _bound(session_id, pending_id),
     )
     return [(r.id, str(r.pending_id)) for r in result]
 
@@ -289,9 +298,10 @@ async def close_pending(
     """Cancel (or expire) the pending current-turn rows of one bundle; other bundles are untouched."""
     result = await conn.execute(
         update(M)
-        .where(_pending_id_is(pending_id), *_active_rows(session_id))
+        .where(_PENDING_ID_IS, ACTIVE_ROWS)
         .values(metadata=json_update(M.c.metadata, {"status": status.value}), updated_at=utcnow())
-        .returning(M.c.id)
+        .returning(M.c.id),
+        _bound(session_id, pending_id),
     )
     return [r.id for r in result]
 
@@ -305,16 +315,17 @@ async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) ->
     result = await conn.execute(
         update(M)
         .where(
-            M.c.session_id == session_id,
+            M.c.session_id == _B_SESSION,
             is_kind(M, MESSAGE_KIND_CLARIFICATION),
-            _in_current_turn(session_id),
+            _IN_CURRENT_TURN,
             is_pending_status(M),
         )
         .values(
             metadata=json_update(M.c.metadata, {"status": ClarificationStatus.EXPIRED.value}),
             updated_at=utcnow(),
         )
-        .returning(M.c.id)
+        .returning(M.c.id),
+        _bound(session_id),
     )
     return [row.id for row in result]
 
@@ -363,15 +374,13 @@ async def claim(
         update(M)
         .where(
             M.c.id.in_(list(message_ids)),
-            _pending_id_is(pending_id),
-            M.c.session_id == session_id,
-            is_pending_status(M),
+            _PENDING_ID_IS,
+            ACTIVE_ROWS,
             not_(json_flag(M.c.metadata, INTENT_KEY)),
-            _in_current_turn(session_id),
-            _session_live(session_id),
         )
         .values(metadata=new_metadata, updated_at=utcnow())
-        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
+        _bound(session_id, pending_id),
     )
     return [_bundle_row(r) for r in result]
 
@@ -411,12 +420,13 @@ async def restore_claim(
         update(M)
         .where(
             *_claimed_by(message_ids, claim_id),
-            M.c.session_id == session_id,
-            _in_current_turn(session_id),
-            _session_live(session_id),
+            M.c.session_id == _B_SESSION,
+            _IN_CURRENT_TURN,
+            _SESSION_LIVE,
         )
         .values(metadata=json_update(M.c.metadata, values, remove=_RESTORE_REMOVES), updated_at=utcnow())
-        .returning(M.c.id)
+        .returning(M.c.id),
+        _bound(session_id),
     )
     return [r.id for r in result]
 

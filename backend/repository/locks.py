@@ -15,6 +15,7 @@ from sqlalchemy.types import BigInteger
 _LOCK_MANY = text(
     "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT unnest(:keys) AS k ORDER BY 1) AS ordered"
 ).bindparams(bindparam("keys", type_=ARRAY(BigInteger())))
+_LOCK_ONE = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger())))
 
 
 def _key(session_id: str) -> int:
@@ -34,4 +35,4 @@ async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> No
         await conn.execute(_LOCK_MANY, {"keys": keys})
         return
     for key in keys:
-        await conn.execute(select(func.pg_advisory_xact_lock(key)))
+        await conn.execute(_LOCK_ONE, {"key": key})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, literal, select
+from sqlalchemy import ColumnElement, Row, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.sqlfuncs import json_text
@@ -33,6 +33,28 @@ def _projected_sessions(where: ColumnElement[bool]) -> Select[Any]:
     )
 
 
+# Built once per process: the projection is the hottest read there is, and building its expression
+# cost more than running it.
+_BY_SESSION_IDS = _projected_sessions(S.c.id.in_(bindparam("b_session_ids", expanding=True)))
+_BY_TASK_IDS = _projected_sessions(S.c.task_id.in_(bindparam("b_task_ids", expanding=True)))
+_BY_TASK_IDS = _BY_TASK_IDS.order_by(
+    _BY_TASK_IDS.selected_columns.created_at, _BY_TASK_IDS.selected_columns.id
+)
+_SESSION_STATE = (
+    select(S.c.state).where(S.c.id == bindparam("b_session", type_=S.c.id.type)).scalar_subquery()
+)
+_PENDING_ID = json_text(M.c.metadata, "pending_id")
+_ACTIVE_PENDING_IDS = (
+    select(_PENDING_ID.label("pending_id"))
+    .where(
+        M.c.session_id == bindparam("b_session", type_=S.c.id.type),
+        active_clarification_rows(M, _SESSION_STATE),
+    )
+    .group_by(_PENDING_ID)
+    .order_by(_PENDING_ID)
+)
+
+
 def _projection(row: Row[Any]) -> SessionPending:
     epoch = 0 if row.epoch is None else parse_epoch(row.epoch)
     return SessionPending(
@@ -46,7 +68,7 @@ async def pending_for_sessions(
     """Projections of many sessions in one statement."""
     if not session_ids:
         return {}
-    rows_ = await conn.execute(_projected_sessions(S.c.id.in_(list(dict.fromkeys(session_ids)))))
+    rows_ = await conn.execute(_BY_SESSION_IDS, {"b_session_ids": list(dict.fromkeys(session_ids))})
     return {row.id: _projection(row) for row in rows_}
 
 
@@ -56,23 +78,14 @@ async def sessions_with_pending(
     """Every session of these tasks (oldest first) with its projection, in one statement."""
     if not task_ids:
         return []
-    query = _projected_sessions(S.c.task_id.in_(list(dict.fromkeys(task_ids))))
-    query = query.order_by(query.selected_columns.created_at, query.selected_columns.id)
-    return [(rows.session(row), _projection(row)) for row in await conn.execute(query)]
+    found = await conn.execute(_BY_TASK_IDS, {"b_task_ids": list(dict.fromkeys(task_ids))})
+    return [(rows.session(row), _projection(row)) for row in found]
 
 
 async def active_pending_ids(conn: AsyncConnection, session_id: str) -> list[str]:
     """Pending ids of the session's active clarification bundles, sorted."""
-    state = select(S.c.state).where(S.c.id == literal(session_id)).scalar_subquery()
-    pid = json_text(M.c.metadata, "pending_id")
-    query = (
-        select(pid.label("pending_id"))
-        .where(M.c.session_id == session_id, active_clarification_rows(M, state))
-        .group_by(pid)
-        .order_by(pid)
-    )
     out: list[str] = []
-    for (value,) in await conn.execute(query):
+    for (value,) in await conn.execute(_ACTIVE_PENDING_IDS, {"b_session": session_id}):
         if not isinstance(value, str) or not value:
             raise CorruptData(f"session {session_id}: an active clarification row has no pending_id")
         out.append(value)

@@ -38,6 +38,17 @@ async def read_summaries(conn: AsyncConnection, task_ids: Sequence[str]) -> dict
     return {r.task_id: _record(r) for r in result}
 
 
+async def lock_summaries(conn: AsyncConnection, task_ids: Sequence[str]) -> dict[str, SummaryRecord]:
+    """Read these tasks' summaries and hold their rows until the transaction ends (PostgreSQL; SQLite
+    write transactions already hold the writer lock), so writers of sibling sessions of one task
+    reconcile its summary one after the other, each seeing the other's committed change."""
+    if not task_ids:
+        return {}
+    ids = sorted(set(task_ids))
+    result = await conn.execute(select(S).where(S.c.task_id.in_(ids)).order_by(S.c.task_id).with_for_update())
+    return {r.task_id: _record(r) for r in result}
+
+
 async def insert_missing(
     conn: AsyncConnection, pending: Mapping[str, str | None]
 ) -> dict[str, SummaryRecord]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import exists, not_, select, update
+from sqlalchemy import bindparam, exists, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
@@ -80,8 +80,23 @@ async def create_session(
     return record
 
 
+_GET_SESSION = select(task_sessions).where(task_sessions.c.id == bindparam("b_session"))
+_TASKS_OF_SESSIONS = (
+    select(task_sessions.c.task_id)
+    .where(task_sessions.c.id.in_(bindparam("b_session_ids", expanding=True)))
+    .distinct()
+)
+
+
+async def task_ids_of_sessions(conn: AsyncConnection, session_ids: Sequence[str]) -> list[str]:
+    if not session_ids:
+        return []
+    result = await conn.execute(_TASKS_OF_SESSIONS, {"b_session_ids": sorted(set(session_ids))})
+    return sorted(r.task_id for r in result)
+
+
 async def get_session(conn: AsyncConnection, session_id: str) -> SessionRecord:
-    row = (await conn.execute(select(task_sessions).where(task_sessions.c.id == session_id))).first()
+    row = (await conn.execute(_GET_SESSION, {"b_session": session_id})).first()
     if row is None:
         raise NotFound("session", session_id)
     return rows.session(row)
@@ -136,24 +151,20 @@ async def mark_running_on_new_turn(conn: AsyncConnection, session_id: str) -> bo
     return result.rowcount == 1
 
 
-async def bump_pending_seq(conn: AsyncConnection, session_id: str) -> None:
-    """Every write that can change the session's projection calls this inside its transaction."""
-    await conn.execute(
-        update(task_sessions)
-        .where(task_sessions.c.id == session_id)
-        .values(pending_seq=task_sessions.c.pending_seq + 1)
-    )
+# Built once per process: one statement bumps every session a unit of work touched.
+_BUMP = (
+    update(task_sessions)
+    .where(task_sessions.c.id.in_(bindparam("session_ids", expanding=True)))
+    .values(pending_seq=task_sessions.c.pending_seq + 1)
+)
 
 
 async def bump_pending_seqs(conn: AsyncConnection, session_ids: Sequence[str]) -> None:
-    """`bump_pending_seq` for many sessions in one statement (batched recovery writes)."""
+    """Every write that can change these sessions' projections bumps them once, in one statement,
+    inside its transaction (the unit of work does it at commit)."""
     if not session_ids:
         return
-    await conn.execute(
-        update(task_sessions)
-        .where(task_sessions.c.id.in_(sorted(set(session_ids))))
-        .values(pending_seq=task_sessions.c.pending_seq + 1)
-    )
+    await conn.execute(_BUMP, {"session_ids": sorted(set(session_ids))})
 
 
 async def sessions_by_id(conn: AsyncConnection, session_ids: Iterable[str]) -> list[SessionRecord]:

@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, exists, func, literal, not_, select, update
+from sqlalchemy import and_, bindparam, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
@@ -20,9 +20,12 @@ from backend.repository.authority import PENDING, current_turn_id, is_visible_tu
 
 _TICK = dt.timedelta(microseconds=1)
 
+# Built once per process (every write path asks it): only the session id changes between calls.
+_CURRENT_TURN = select(current_turn_id(bindparam("b_session", type_=T.c.session_id.type)))
+
 
 async def current_turn(conn: AsyncConnection, session_id: str) -> str | None:
-    value = (await conn.execute(select(current_turn_id(literal(session_id))))).scalar_one_or_none()
+    value = (await conn.execute(_CURRENT_TURN, {"b_session": session_id})).scalar_one_or_none()
     return None if value is None else str(value)
 
 

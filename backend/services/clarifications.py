@@ -49,11 +49,12 @@ from backend.domain.lifecycle import (
 from backend.domain.records import TaskRecord
 from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus, SessionState
 from backend.repository import clarifications as repo
-from backend.repository import instances, locks, tasks, turns
+from backend.repository import instances, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.resume import NotWiredResumer, Resumer
+from backend.services.uow import Work, flush, uow
 from backend.services.waiters import Notice, NoticeKind, Waiter, WaiterHub
 
 log = logging.getLogger("turnwise.clarification")
@@ -207,16 +208,16 @@ class Clarifications:
         self, waiter: Waiter, specs: Any, context: str | None, signature: str
     ) -> Bundle:
         session_id = waiter.session_id
-        new_turn: str | None = None
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
+        async with uow(self.deps, [session_id]) as w:
+            conn = w.conn
             session = await tasks.get_session(conn, session_id)
             if session.state in TERMINAL_SESSION_STATES:
                 raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new questions")
             turn_id = await turns.current_turn(conn, session_id)
             if turn_id is None:
                 # A question needs a turn to belong to; asking opens the session's first turn.
-                turn_id = new_turn = (await turns.insert_turn(conn, session_id)).id
+                turn_id = (await turns.insert_turn(conn, session_id)).id
+                w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
             reused = await repo.find_active_by_signature(conn, session_id, signature)
             if reused is not None:
                 pending_id = reused
@@ -242,10 +243,13 @@ class Clarifications:
                 )
                 changed = [r.id for r in records]
             waiter.pending_id = pending_id
-            state_changed = session.state != SessionState.WAITING_FOR_INPUT
-            if state_changed:
+            w.publish_messages(
+                session.task_id, session_id, "message.added" if reused is None else "message.updated", changed
+            )
+            if session.state != SessionState.WAITING_FOR_INPUT:
                 await tasks.set_session_state(conn, session_id, SessionState.WAITING_FOR_INPUT.value)
-            await tasks.bump_pending_seq(conn, session_id)
+                w.publish(session.task_id, session_id, "session.state")
+            w.touch(session_id)
             bundle = await self._load(conn, pending_id)
         bundle = present(bundle, f"bundle {pending_id} just written")
         log.info(
@@ -258,20 +262,6 @@ class Clarifications:
                 "waiter_id": waiter.waiter_id,
             },
         )
-        if new_turn is not None:
-            await publish_session_change(
-                self.deps.bus,
-                task_id=session.task_id,
-                session_id=session_id,
-                kind="turn.started",
-                turn_id=new_turn,
-            )
-        kind = "message.added" if reused is None else "message.updated"
-        await self._publish(session.task_id, session_id, kind, changed)
-        if state_changed:
-            await publish_session_change(
-                self.deps.bus, task_id=session.task_id, session_id=session_id, kind="session.state"
-            )
         return bundle
 
     async def _wait(self, waiter: Waiter, wait_seconds: float) -> WaitOutcome:
@@ -341,34 +331,33 @@ class Clarifications:
 
     async def _detach(self, waiter: Waiter, reason: str) -> None:
         pending_id = present(waiter.pending_id, "waiter's bundle")
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [waiter.session_id])
+        async with uow(self.deps, [waiter.session_id]) as w:
             changed = await repo.detach(
-                conn, waiter.session_id, pending_id=pending_id, waiter_id=waiter.waiter_id
+                w.conn, waiter.session_id, pending_id=pending_id, waiter_id=waiter.waiter_id
             )
-            session = await tasks.get_session(conn, waiter.session_id) if changed else None
-        if session is None:
-            return
+            if not changed:
+                return
+            # Detaching changes no projection (the rows stay pending), so no sequence bump.
+            session = await tasks.get_session(w.conn, waiter.session_id)
+            w.publish_messages(session.task_id, session.id, "message.updated", [m for m, _ in changed])
         log.info(
             "clarification detached",
             extra={"event": "clarification.detached", "pending_id": waiter.pending_id, "reason": reason},
         )
-        await self._publish(session.task_id, session.id, "message.updated", [m for m, _ in changed])
 
     async def detach_session(self, session_id: str) -> int:
         """Turn teardown: detach every attached pending bundle of the session's current turn."""
 
         async def run() -> int:
-            async with self.deps.db.write() as conn:
-                await locks.lock_sessions(conn, [session_id])
-                changed = await repo.detach(conn, session_id)
-                session = await tasks.get_session(conn, session_id)
+            async with uow(self.deps, [session_id]) as w:
+                changed = await repo.detach(w.conn, session_id)
+                session = await tasks.get_session(w.conn, session_id)
+                w.publish_messages(session.task_id, session_id, "message.updated", [m for m, _ in changed])
             for pending_id in sorted({p for _, p in changed}):
                 log.info(
                     "clarification detached",
                     extra={"event": "clarification.detached", "pending_id": pending_id, "reason": "teardown"},
                 )
-            await self._publish(session.task_id, session_id, "message.updated", [m for m, _ in changed])
             return len(changed)
 
         return await self._bounded(run())
@@ -376,7 +365,7 @@ class Clarifications:
     async def _confirm(self, waiter: Waiter, claim: Claim, reply_to: str | None) -> WaitOutcome | None:
         """Durable confirmation BEFORE the agent sees the answer; None when a restore won the race."""
         await faults.hit("before_confirm")
-        settled = await self._bounded(self._finalize(claim))
+        settled, work = await self._bounded(self._finalize(claim))
         if not settled:
             log.info(
                 "confirmation lost to restore",
@@ -396,18 +385,19 @@ class Clarifications:
                 "rejected": claim.rejected,
             },
         )
-        await self._publish(claim.task_id, claim.session_id, "message.updated", [r.id for r in settled])
+        await flush(self.deps, work)
         if claim.rejected:
             return Rejected(claim.pending_id)
         return Answered(claim.pending_id, claim.answers)
 
-    async def _finalize(self, claim: Claim) -> list[BundleRow]:
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [claim.session_id])
-            settled = await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
-            if settled and await tasks.mark_running_when_unblocked(conn, claim.session_id):
-                await tasks.bump_pending_seq(conn, claim.session_id)
-            return settled
+    async def _finalize(self, claim: Claim) -> tuple[list[BundleRow], Work]:
+        """The confirmation's unit of work; its events wait until the responder was told."""
+        async with uow(self.deps, [claim.session_id], hold=True) as w:
+            settled = await repo.settle_claim(w.conn, claim.message_ids, claim.claim_id)
+            if settled and await tasks.mark_running_when_unblocked(w.conn, claim.session_id):
+                w.touch(claim.session_id)
+            w.publish_messages(claim.task_id, claim.session_id, "message.updated", [r.id for r in settled])
+        return settled, w
 
     # --- respond --------------------------------------------------------------------------------
 
@@ -419,11 +409,12 @@ class Clarifications:
         rejected: bool,
         authorize: Authorize,
     ) -> RespondOutcome:
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps, hold=True) as w:
+            conn = w.conn
             session_id = await repo.session_of_bundle(conn, pending_id)
             if session_id is None:
                 raise NotFound("clarification", pending_id)
-            await locks.lock_sessions(conn, [session_id])
+            await w.lock([session_id])
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 raise NotFound("clarification", pending_id)
@@ -449,7 +440,8 @@ class Clarifications:
             if claim_id is None:
                 # A persisted rejection is final at once: the session no longer waits for it.
                 await tasks.mark_running_when_unblocked(conn, session_id)
-            await tasks.bump_pending_seq(conn, session_id)
+                w.publish_messages(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
+            w.touch(session_id)
         after = _merge(bundle, claimed)
         log.info(
             "clarification claimed",
@@ -462,7 +454,7 @@ class Clarifications:
             },
         )
         if claim_id is None:
-            await self._publish(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
+            await flush(self.deps, w)
             return Responded(after, resumed=False)
         turn_id = present(bundle.turn_id, f"turn of bundle {pending_id}")
         claim = Claim(
@@ -556,16 +548,19 @@ class Clarifications:
     async def _recover_claim(self, claim: Claim, after: Bundle, why: str) -> RespondOutcome:
         """Restore exactly this claim while still current; otherwise settle it. Exactly one of the
         waiter's finalize and this restore wins (both require the claim's intent, under the lock)."""
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [claim.session_id])
+        async with uow(self.deps, [claim.session_id], hold=True) as w:
             restored = await repo.restore_claim(
-                conn, claim.session_id, claim.message_ids, claim.claim_id, detach_rows=True
+                w.conn, claim.session_id, claim.message_ids, claim.claim_id, detach_rows=True
             )
             retired: list[BundleRow] = []
             if restored:
-                await tasks.bump_pending_seq(conn, claim.session_id)
+                w.touch(claim.session_id)
+                w.publish_messages(claim.task_id, claim.session_id, "message.updated", restored)
             else:
-                retired = await repo.settle_claim(conn, claim.message_ids, claim.claim_id)
+                retired = await repo.settle_claim(w.conn, claim.message_ids, claim.claim_id)
+                w.publish_messages(
+                    claim.task_id, claim.session_id, "message.updated", [r.id for r in retired]
+                )
         if restored:
             log.info(
                 "claim restored",
@@ -590,7 +585,7 @@ class Clarifications:
             # A failed publication is reported too; the answer stays safe to retry either way.
             try:
                 faults.check("clarification.restore_publish")
-                await self._publish(claim.task_id, claim.session_id, "message.updated", restored, strict=True)
+                await flush(self.deps, w, strict=True)
             except Exception as exc:  # noqa: BLE001 - reported to the caller; the restore stands
                 converged += f"; other clients not yet told ({exc})"
             return DeliveryFailed(
@@ -605,7 +600,7 @@ class Clarifications:
                     "pending_id": claim.pending_id,
                 },
             )
-            await self._publish(claim.task_id, claim.session_id, "message.updated", [r.id for r in retired])
+            await flush(self.deps, w)
             return DeliveryFailed(claim.pending_id, False, f"{why}; the question is no longer current")
         # Neither: the waiter's durable confirmation won the race.
         return Responded(_finalized(after, claim), resumed=False)
@@ -614,11 +609,12 @@ class Clarifications:
 
     async def cancel(self, pending_id: str, *, authorize: Authorize) -> bool:
         """Cancel a request still owned by a live waiter; False for anything else (nothing written)."""
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps) as w:
+            conn = w.conn
             session_id = await repo.session_of_bundle(conn, pending_id)
             if session_id is None:
                 return False
-            await locks.lock_sessions(conn, [session_id])
+            await w.lock([session_id])
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 return False
@@ -628,13 +624,13 @@ class Clarifications:
             changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
             if changed:
                 await tasks.mark_running_when_unblocked(conn, session_id)
-                await tasks.bump_pending_seq(conn, session_id)
+                w.touch(session_id)
+                w.publish_messages(bundle.task_id, session_id, "message.updated", changed)
         if not changed:
             return False
         log.info(
             "clarification cancelled", extra={"event": "clarification.cancelled", "pending_id": pending_id}
         )
-        await self._publish(bundle.task_id, session_id, "message.updated", changed)
         return True
 
     # --- workflow guard -------------------------------------------------------------------------
@@ -645,11 +641,12 @@ class Clarifications:
         step = to_step.strip()
         if not step or len(step) > MAX_STEP:
             raise InvalidInput("toStep", f"must be 1-{MAX_STEP} characters")
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps) as w:
+            conn = w.conn
             await tasks.get_task(conn, task_id)
             authorize(task_id, None)
             sessions = await tasks.list_sessions(conn, [task_id])
-            await locks.lock_sessions(conn, [s.id for s in sessions])
+            await w.lock([s.id for s in sessions])
             try:
                 faults.check("workflow_guard_read")
                 blocking = await repo.sessions_with_active_bundles(conn, task_id)

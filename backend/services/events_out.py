@@ -19,6 +19,7 @@ async def publish_session_change(
     turn_id: str | None = None,
     content_only: bool = False,
     strict: bool = False,
+    projected: bool = False,
 ) -> None:
     """Fan out one change. Publication failures are logged, never raised: the commit already
     happened and clients converge on their next read. `strict` raises instead, for the outbox
@@ -31,6 +32,9 @@ async def publish_session_change(
         "turn_id": turn_id,
         "content_only": content_only,
     }
+    if projected:
+        # The writer already brought the task's summary up to date in its own transaction.
+        event["projected"] = True
     try:
         await bus.publish(session_channel(session_id), event)
         await bus.publish(TASK_CHANNEL, event)

@@ -279,7 +279,10 @@ class LiveHub:
                     sw.mailbox.offer(message_id, change)
 
     async def _project(self, batch: list[dict[str, Any]]) -> None:
-        task_ids = sorted({e["task_id"] for e in batch if isinstance(e.get("task_id"), str)})
+        # Tasks whose writer already reconciled the summary in its own transaction are skipped.
+        task_ids = sorted(
+            {e["task_id"] for e in batch if isinstance(e.get("task_id"), str) and not e.get("projected")}
+        )
         if not task_ids:
             return
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from backend.domain.errors import InvalidInput, InvalidState, StaleGeneration
@@ -18,10 +18,10 @@ from backend.domain.states import (
     ClarificationStatus,
     SessionState,
 )
-from backend.repository import clarifications, locks, messages, reservations, tasks, turns
+from backend.repository import clarifications, messages, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
-from backend.services.events_out import publish_session_change
+from backend.services.uow import uow
 
 log = logging.getLogger("turnwise.operations")
 
@@ -81,62 +81,39 @@ class Operations:
         return await self._bounded(self._set_session_state(session_id, state))
 
     async def _set_session_state(self, session_id: str, state: SessionState) -> SessionRecord:
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
-            session = await tasks.get_session(conn, session_id)
+        async with uow(self.deps, [session_id]) as w:
+            session = await tasks.get_session(w.conn, session_id)
             if session.state in TERMINAL_SESSION_STATES and state != session.state:
                 raise InvalidState(f"session {session_id!r} is {session.state}; a terminal state is final")
             expired: list[str] = []
             if state in TERMINAL_SESSION_STATES:
-                expired = await clarifications.expire_current_turn_bundles(conn, session_id)
-            await tasks.set_session_state(conn, session_id, state.value)
-            await tasks.bump_pending_seq(conn, session_id)
-            updated = await tasks.get_session(conn, session_id)
+                expired = await clarifications.expire_current_turn_bundles(w.conn, session_id)
+            await tasks.set_session_state(w.conn, session_id, state.value)
+            w.touch(session_id)
+            updated = await tasks.get_session(w.conn, session_id)
+            w.publish_messages(session.task_id, session_id, "message.updated", expired)
+            w.publish(session.task_id, session_id, "session.state")
         for message_id in expired:
             log.info("clarification expired", extra={"session_id": session_id, "message_id": message_id})
-            await publish_session_change(
-                self.deps.bus,
-                task_id=updated.task_id,
-                session_id=session_id,
-                kind="message.updated",
-                message_id=message_id,
-            )
-        await publish_session_change(
-            self.deps.bus, task_id=updated.task_id, session_id=session_id, kind="session.state"
-        )
-        return updated
+        # The unit bumped the sequence once at its commit, after this row was read.
+        return replace(updated, pending_seq=updated.pending_seq + 1)
 
     async def start_turn(self, session_id: str, *, lifecycle_only: bool = False) -> TurnRecord:
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
-            session = await tasks.get_session(conn, session_id)
+        async with uow(self.deps, [session_id]) as w:
+            session = await tasks.get_session(w.conn, session_id)
             if session.state in TERMINAL_SESSION_STATES:
                 raise InvalidState(f"session {session_id!r} is {session.state}; no new turn can start")
             turn = await turns.insert_turn(
-                conn, session_id, {"lifecycle_only": True} if lifecycle_only else {}
+                w.conn, session_id, {"lifecycle_only": True} if lifecycle_only else {}
             )
-            closed: list[tuple[str, str]] = []
             if not lifecycle_only:
                 # The new turn is accepted work: older open turns end here, so they can never
                 # outrank it again, and a waiting session is running.
-                closed = await turns.close_predecessors(conn, [turn.id])
-                await tasks.mark_running_on_new_turn(conn, session_id)
-            await tasks.bump_pending_seq(conn, session_id)
-        for _, closed_id in closed:
-            await publish_session_change(
-                self.deps.bus,
-                task_id=session.task_id,
-                session_id=session_id,
-                kind="turn.completed",
-                turn_id=closed_id,
-            )
-        await publish_session_change(
-            self.deps.bus,
-            task_id=session.task_id,
-            session_id=session_id,
-            kind="turn.started",
-            turn_id=turn.id,
-        )
+                for _, closed_id in await turns.close_predecessors(w.conn, [turn.id]):
+                    w.publish(session.task_id, session_id, "turn.completed", turn_id=closed_id)
+                await tasks.mark_running_on_new_turn(w.conn, session_id)
+            w.touch(session_id)
+            w.publish(session.task_id, session_id, "turn.started", turn_id=turn.id)
         return turn
 
     async def complete_turn(self, turn_id: str, generation: str | None = None) -> TurnRecord:
@@ -159,9 +136,10 @@ class Operations:
         raise InvalidState(f"turn {turn_id!r}: prompt reservations keep overlapping; try again")
 
     async def _complete_turn(self, turn_id: str, generation: str | None, overlapped: bool) -> TurnRecord:
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps) as w:
+            conn = w.conn
             turn = await turns.get_turn(conn, turn_id)
-            await locks.lock_sessions(conn, [turn.session_id])
+            await w.lock([turn.session_id])
             if self.reservations is not None:
                 live = await reservations.live_reservation(conn, turn.session_id)
                 if live is not None and live != turn_id:
@@ -183,26 +161,14 @@ class Operations:
             detached = await clarifications.detach(conn, turn.session_id, turn_id=turn.id)
             turn = await turns.complete_turn(conn, await turns.get_turn(conn, turn_id))
             session = await tasks.get_session(conn, turn.session_id)
-            await tasks.bump_pending_seq(conn, turn.session_id)
-        for message_id, pending_id in detached:
+            w.touch(turn.session_id)
+            w.publish_messages(session.task_id, session.id, "message.updated", [m for m, _ in detached])
+            w.publish(session.task_id, session.id, "turn.completed", turn_id=turn.id)
+        for _, pending_id in detached:
             log.info(
                 "clarification detached",
                 extra={"event": "clarification.detached", "pending_id": pending_id, "reason": "teardown"},
             )
-            await publish_session_change(
-                self.deps.bus,
-                task_id=session.task_id,
-                session_id=session.id,
-                kind="message.updated",
-                message_id=message_id,
-            )
-        await publish_session_change(
-            self.deps.bus,
-            task_id=session.task_id,
-            session_id=session.id,
-            kind="turn.completed",
-            turn_id=turn.id,
-        )
         return turn
 
     async def post_message(self, session_id: str, *, content: str, author: str, kind: str) -> MessageRecord:
@@ -212,14 +178,17 @@ class Operations:
         if kind not in POSTABLE_KINDS:
             raise InvalidInput("kind", f"must be one of {', '.join(sorted(POSTABLE_KINDS))}")
         metadata = {"status": ClarificationStatus.PENDING.value} if kind == MESSAGE_KIND_PERMISSION else {}
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
+        async with uow(self.deps, [session_id]) as w:
+            conn = w.conn
             session = await tasks.get_session(conn, session_id)
             if session.state in TERMINAL_SESSION_STATES:
                 raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new messages")
             turn_id = await turns.current_turn(conn, session_id)
             if turn_id is None:
+                # A message needs a turn to belong to: it opens the session's first turn, which
+                # clients learn about like any other.
                 turn_id = (await turns.insert_turn(conn, session_id)).id
+                w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
             message = await messages.insert_message(
                 conn,
                 session_id=session_id,
@@ -229,28 +198,16 @@ class Operations:
                 content=content,
                 metadata=metadata,
             )
-            await tasks.bump_pending_seq(conn, session_id)
-        await publish_session_change(
-            self.deps.bus,
-            task_id=session.task_id,
-            session_id=session_id,
-            kind="message.added",
-            message_id=message.id,
-        )
+            w.touch(session_id)
+            w.publish(session.task_id, session_id, "message.added", message_id=message.id)
         return message
 
     async def delete_message(self, message_id: str) -> bool:
-        async with self.deps.db.write() as conn:
-            message = await messages.get_message(conn, message_id)
-            await locks.lock_sessions(conn, [message.session_id])
-            session = await tasks.get_session(conn, message.session_id)
-            await messages.delete_message(conn, message_id)
-            await tasks.bump_pending_seq(conn, message.session_id)
-        await publish_session_change(
-            self.deps.bus,
-            task_id=session.task_id,
-            session_id=session.id,
-            kind="message.deleted",
-            message_id=message_id,
-        )
+        async with uow(self.deps) as w:
+            message = await messages.get_message(w.conn, message_id)
+            await w.lock([message.session_id])
+            session = await tasks.get_session(w.conn, message.session_id)
+            await messages.delete_message(w.conn, message_id)
+            w.touch(message.session_id)
+            w.publish(session.task_id, session.id, "message.deleted", message_id=message_id)
         return True

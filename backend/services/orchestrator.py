@@ -37,11 +37,12 @@ from backend.executors.base import DispatchOutcome, DispatchResult, Executor, Pr
 from backend.executors.scripted import ScriptedExecutor
 from backend.executors.webhook import WebhookExecutor
 from backend.repository import clarifications as clarification_repo
-from backend.repository import locks, reservations, tasks, turns
+from backend.repository import reservations, tasks, turns
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.prompt_channel import PromptChannel
 from backend.services.resume import ResumeOutcome
+from backend.services.uow import uow
 
 log = logging.getLogger("turnwise.resume")
 
@@ -383,8 +384,8 @@ class Orchestrator:
         claim_id: str | None,
         origin: str,
     ) -> str:
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
+        async with uow(self.deps, [session_id]) as w:
+            conn = w.conn
             # Prompt admission rechecks current-turn authority under the session lock.
             session = await tasks.get_session(conn, session_id)
             if session.state in TERMINAL_SESSION_STATES:
@@ -408,12 +409,11 @@ class Orchestrator:
         return resume_prompt(rows, answers)
 
     async def _mark_attempted(self, session_id: str, turn_id: str) -> None:
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
+        async with uow(self.deps, [session_id]) as w:
             faults.check("resume.attempt_marker")
-            if not await reservations.mark_attempted(conn, turn_id):
+            if not await reservations.mark_attempted(w.conn, turn_id):
                 raise RuntimeError("the reservation is gone")
-            await tasks.bump_pending_seq(conn, session_id)
+            w.touch(session_id)
 
     async def rollback_reservation(self, session_id: str, turn_id: str) -> bool:
         """Delete a reservation that provably never reached the agent. Fails closed (False) for a
@@ -423,13 +423,12 @@ class Orchestrator:
                 "rollback refused: accepted", extra={"event": "resume.rollback_refused", "turn_id": turn_id}
             )
             return False
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
+        async with uow(self.deps, [session_id]) as w:
             faults.check("resume.rollback")
-            deleted = await reservations.delete_unpublished(conn, turn_id)
+            deleted = await reservations.delete_unpublished(w.conn, turn_id)
             if not deleted:
-                return await turns_absent(conn, turn_id)
-            await tasks.bump_pending_seq(conn, session_id)
+                return await turns_absent(w.conn, turn_id)
+            w.touch(session_id)
         return True
 
     async def _undo(
@@ -482,15 +481,14 @@ class Orchestrator:
                 strict=True,
             )
             await faults.hit("resume.after_publish")
-            async with self.deps.db.write() as conn:
-                await locks.lock_sessions(conn, [session_id])
+            async with uow(self.deps, [session_id]) as w:
                 faults.check("resume.clear")
-                if not await reservations.clear_recovery(conn, live.turn_id):
+                if not await reservations.clear_recovery(w.conn, live.turn_id):
                     raise RuntimeError("the reservation lost its recovery metadata")
                 if claim_id is not None:
-                    await clarification_repo.settle_claim(conn, message_ids, claim_id)
-                await tasks.mark_running_when_unblocked(conn, session_id)
-                await tasks.bump_pending_seq(conn, session_id)
+                    await clarification_repo.settle_claim(w.conn, message_ids, claim_id)
+                await tasks.mark_running_when_unblocked(w.conn, session_id)
+                w.touch(session_id)
         except Exception as exc:
             log.exception(
                 "publication failed after acceptance", extra={"event": "resume.publish_failed", **ids}
@@ -512,14 +510,13 @@ class Orchestrator:
         """Normal failure cleanup after a possible acceptance: keep the successor, retire the intent,
         leave the start event to the durable outbox. If even this fails, reservation recovery owns it."""
         try:
-            async with self.deps.db.write() as conn:
-                await locks.lock_sessions(conn, [ids["session_id"]])
+            async with uow(self.deps, [ids["session_id"]]) as w:
                 faults.check("resume.outbox")
-                await reservations.move_to_outbox(conn, [live.turn_id])
+                await reservations.move_to_outbox(w.conn, [live.turn_id])
                 if claim_id is not None:
-                    await clarification_repo.settle_claim(conn, message_ids, claim_id)
-                await tasks.mark_running_when_unblocked(conn, ids["session_id"])
-                await tasks.bump_pending_seq(conn, ids["session_id"])
+                    await clarification_repo.settle_claim(w.conn, message_ids, claim_id)
+                await tasks.mark_running_when_unblocked(w.conn, ids["session_id"])
+                w.touch(ids["session_id"])
             log.info("start event queued", extra={"event": "resume.outbox", **ids})
             return True
         except Exception:
@@ -573,8 +570,8 @@ class Orchestrator:
                 continue
             done.append(turn_id)
         if done:
-            async with self.deps.db.write() as conn:
-                await reservations.clear_outbox(conn, done)
+            async with uow(self.deps) as w:
+                await reservations.clear_outbox(w.conn, done)
             for turn_id in done:
                 log.info("start event replayed", extra={"event": "outbox.replayed", "turn_id": turn_id})
         if failed:
@@ -621,8 +618,8 @@ class Orchestrator:
     async def cancel_paused(self, snapshot: TurnSnapshot) -> bool:
         """Cancel (complete) the paused turn only if authority still matches the snapshot: a first or
         successor turn created meanwhile is never cancelled by the stale pause."""
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [snapshot.session_id])
+        async with uow(self.deps, [snapshot.session_id]) as w:
+            conn = w.conn
             current = await turns.current_turn(conn, snapshot.session_id)
             if current != snapshot.turn_id:
                 log.info(
@@ -641,15 +638,9 @@ class Orchestrator:
             if turn.completed_at is not None:
                 return True
             await turns.complete_turn(conn, turn)
-            await tasks.bump_pending_seq(conn, snapshot.session_id)
+            w.touch(snapshot.session_id)
             session = await tasks.get_session(conn, snapshot.session_id)
-        await publish_session_change(
-            self.deps.bus,
-            task_id=session.task_id,
-            session_id=session.id,
-            kind="turn.completed",
-            turn_id=snapshot.turn_id,
-        )
+            w.publish(session.task_id, session.id, "turn.completed", turn_id=snapshot.turn_id)
         log.info("paused turn cancelled", extra={"event": "pause.cancelled", "turn_id": snapshot.turn_id})
         return True
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from backend.db.engine import utcnow
 from backend.domain.errors import CorruptData
 from backend.repository import clarifications as repo
-from backend.repository import instances, locks, tasks
+from backend.repository import instances, tasks
 from backend.services.context import Deps
-from backend.services.events_out import publish_session_change
 from backend.services.resume_recovery import ReservationRecovery, ReservationRecoveryError
+from backend.services.uow import uow
 from backend.services.waiters import WaiterHub
 
 log = logging.getLogger("turnwise.recovery")
@@ -58,22 +58,25 @@ class Recovery:
 
         One transaction and a constant number of statements, however many claims are stranded.
         """
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps) as w:
+            conn = w.conn
             rows = [r for r in await repo.delivery_intents(conn) if not self.reservations.owns(r)]
             if not rows:
                 return (0, 0)
             pending = [r.id for r in rows if r.is_pending]
             if pending:
                 raise CorruptData(f"delivery intent on pending rows {', '.join(sorted(pending))}")
-            await locks.lock_sessions(conn, {r.session_id for r in rows})
+            await w.lock({r.session_id for r in rows})
             ids = [r.id for r in rows]
             restored = await repo.restore_intents(conn, ids)
             done = {m for m, _ in restored}
             retired = await repo.retire_intents(conn, [i for i in ids if i not in done])
-            await tasks.bump_pending_seqs(conn, [s for _, s in restored])
+            w.touch(*(s for _, s in restored))
             task_of = {
                 s.id: s.task_id for s in await tasks.sessions_by_id(conn, {r.session_id for r in rows})
             }
+            for message_id, session_id in [*restored, *retired]:
+                w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)
         self.touched_tasks.update(task_of.values())
         pending_of = {r.id: r.metadata.get("pending_id") for r in rows}
         for action, changed in (("restored", restored), ("retired", retired)):
@@ -87,13 +90,6 @@ class Recovery:
                         "session_id": session_id,
                     },
                 )
-                await publish_session_change(
-                    self.deps.bus,
-                    task_id=task_of[session_id],
-                    session_id=session_id,
-                    kind="message.updated",
-                    message_id=message_id,
-                )
         return (len(restored), len(retired))
 
     async def detach_orphaned_waiters(self) -> int:
@@ -103,7 +99,8 @@ class Recovery:
         row left from before this start is orphaned; on a shared bus only instances whose heartbeat
         went stale are.
         """
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps) as w:
+            conn = w.conn
             rows = await repo.attached_waiter_rows(conn)
             if not rows:
                 return 0
@@ -119,9 +116,11 @@ class Recovery:
                     or now - beats[instance] >= self.hub.stale_after
                 )
             ]
-            await locks.lock_sessions(conn, {s for _, s, _ in rows})
+            await w.lock({s for _, s, _ in rows})
             changed = await repo.detach_rows(conn, orphaned)
             task_of = {s.id: s.task_id for s in await tasks.sessions_by_id(conn, {s for _, s in changed})}
+            for message_id, session_id in changed:
+                w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)
             await instances.prune(conn, now - self.hub.stale_after)
         self.touched_tasks.update(task_of.values())
         for message_id, session_id in changed:
@@ -132,12 +131,5 @@ class Recovery:
                     "message_id": message_id,
                     "session_id": session_id,
                 },
-            )
-            await publish_session_change(
-                self.deps.bus,
-                task_id=task_of[session_id],
-                session_id=session_id,
-                kind="message.updated",
-                message_id=message_id,
             )
         return len(changed)

@@ -21,11 +21,11 @@ from backend import faults
 from backend.domain.clarification import flag
 from backend.domain.lifecycle import CLAIM_KEY, BundleRow
 from backend.repository import clarifications as clarification_repo
-from backend.repository import locks, reservations, tasks
+from backend.repository import reservations
 from backend.repository.reservations import StoredReservation
 from backend.services.context import Deps
-from backend.services.events_out import publish_session_change
 from backend.services.orchestrator import Orchestrator
+from backend.services.uow import uow
 
 log = logging.getLogger("turnwise.recovery")
 
@@ -105,7 +105,8 @@ class ReservationRecovery:
 
     async def _page(self, after: str, report: RecoveryReport) -> str | None:
         restored: list[tuple[str, str]] = []
-        async with self.deps.db.write() as conn:
+        async with uow(self.deps) as w:
+            conn = w.conn
             page = await reservations.stored_reservations(conn, after=after, limit=PAGE)
             if not page:
                 return None
@@ -142,7 +143,7 @@ class ReservationRecovery:
                     )
                     continue
                 checked.append((r, ids))
-            await locks.lock_sessions(conn, {r.session_id for r, _ in checked})
+            await w.lock({r.session_id for r, _ in checked})
             ambiguous = [
                 (r, ids)
                 for r, ids in checked
@@ -162,9 +163,10 @@ class ReservationRecovery:
             await clarification_repo.retire_intents(
                 conn, [i for r, ids in ambiguous if r.id in moved for i in ids]
             )
-            await tasks.bump_pending_seqs(
-                conn, [r.session_id for r, _ in checked if r.id in deleted or r.id in moved]
-            )
+            w.touch(*(r.session_id for r, _ in checked if r.id in deleted or r.id in moved))
+            task_of = {r.session_id: r.task_id for r in page}
+            for message_id, session_id in restored:
+                w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)
         for r, _ in checked:
             if r.id in deleted:
                 report.deleted.append(r.id)
@@ -185,17 +187,10 @@ class ReservationRecovery:
         task_of = {r.session_id: r.task_id for r in page}
         self.touched_tasks.update(task_of[s] for _, s in restored)
         self.touched_tasks.update(r.task_id for r, _ in checked if r.id in deleted or r.id in moved)
-        for message_id, session_id in restored:
+        for message_id, _ in restored:
             report.restored_messages.append(message_id)
             log.info(
                 "claimed row restored", extra={"event": "recovery.claim_restored", "message_id": message_id}
-            )
-            await publish_session_change(
-                self.deps.bus,
-                task_id=task_of[session_id],
-                session_id=session_id,
-                kind="message.updated",
-                message_id=message_id,
             )
         return page[-1].id
 

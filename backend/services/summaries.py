@@ -22,7 +22,9 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from backend.domain.errors import SummaryConvergenceError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.domain.errors import CorruptData, SummaryConvergenceError
 from backend.domain.pending import task_pending_action
 from backend.domain.records import SessionPending, SessionRecord, SummaryRecord
 from backend.repository import pending, summaries, tasks
@@ -51,6 +53,47 @@ def summary_event(s: SummaryRecord) -> dict[str, object]:
         "pending_action": s.pending_action,
         "updated_at": s.updated_at.isoformat(),
     }
+
+
+async def project_in_transaction(
+    conn: AsyncConnection,
+    session_ids: Sequence[str],
+    *,
+    task_of: dict[str, str] | None = None,
+    fault_points: Iterable[str] = (),
+) -> tuple[list[SummaryRecord], bool]:
+    """Reconcile the existing summaries of these sessions' tasks inside the writer's transaction (a
+    unit of work at commit): lock the summary rows, derive, compare-and-set. Returns the summaries
+    written and whether every one of those tasks is now provably current (False: a summary not yet
+    created, a race or a failure, left to the live projector and readers as before). A constant
+    number of statements, whatever the count. `task_of` (session -> task, when the caller knows it
+    for every session) spares the lookup."""
+    known = task_of or {}
+    if all(s in known for s in session_ids):
+        task_ids = sorted({known[s] for s in session_ids})
+    else:
+        task_ids = await tasks.task_ids_of_sessions(conn, session_ids)
+    if not task_ids:
+        return [], True
+    try:
+        stored = await summaries.lock_summaries(conn, task_ids)
+        pairs = await pending.sessions_with_pending(conn, task_ids)
+    except CorruptData:
+        log.exception("summary projection failed", extra={"event": "summary.project_failed"})
+        return [], False
+    by_task: dict[str, list[SessionPending]] = {t: [] for t in task_ids}
+    for session, projection in pairs:
+        by_task[session.task_id].append(projection)
+    changes: dict[str, tuple[int, str | None]] = {}
+    for task_id, held in stored.items():
+        derived = task_pending_action(by_task[task_id])
+        if held.pending_action != derived:
+            changes[task_id] = (held.revision, derived)
+    if FAULT_CAS_CONFLICT in fault_points and changes:
+        await summaries.bump_revisions(conn, list(changes))
+    written = await summaries.compare_and_set(conn, changes)
+    current = len(stored) == len(task_ids) and all(t in written for t in changes)
+    return list(written.values()), current
 
 
 @dataclass
@@ -141,14 +184,18 @@ class Summaries:
         return [t for t in (*missing, *changes) if t not in written]
 
     async def _publish(self, written: Iterable[SummaryRecord]) -> None:
-        # The write is committed: a failed publication is logged and clients converge on their next read.
-        for summary in written:
-            try:
-                if FAULT_PUBLISH in self.deps.settings.fault_points:
-                    raise RuntimeError(f"injected fault at {FAULT_PUBLISH}")
-                await self.deps.bus.publish(SUMMARY_CHANNEL, summary_event(summary))
-            except Exception:
-                log.exception(
-                    "summary publication failed",
-                    extra={"event": "summary.publish_failed", "task_id": summary.task_id},
-                )
+        await publish_summaries(self.deps, written)
+
+
+async def publish_summaries(deps: Deps, written: Iterable[SummaryRecord]) -> None:
+    # The write is committed: a failed publication is logged and clients converge on their next read.
+    for summary in written:
+        try:
+            if FAULT_PUBLISH in deps.settings.fault_points:
+                raise RuntimeError(f"injected fault at {FAULT_PUBLISH}")
+            await deps.bus.publish(SUMMARY_CHANNEL, summary_event(summary))
+        except Exception:
+            log.exception(
+                "summary publication failed",
+                extra={"event": "summary.publish_failed", "task_id": summary.task_id},
+            )

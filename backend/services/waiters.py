@@ -64,6 +64,13 @@ class NoticeKind(StrEnum):
     WAKE = "wake"  # re-read the bundle: something about it changed
 
 
+# Session events that can never end a waiter's hold on its bundle, so they wake nobody: a message
+# added (a new question or message leaves other bundles as they are) and a session state change (a
+# terminal one expires the questions and publishes their rows, which wakes the waiters). Skipping
+# them spares every ask the re-read its own events would otherwise cause.
+NO_WAKE_EVENTS = frozenset({"message.added", "session.state"})
+
+
 @dataclass
 class Notice:
     kind: NoticeKind
@@ -249,6 +256,8 @@ class WaiterHub:
                 future.set_result(bool(message.get("ok")))
 
     async def _on_session_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") in NO_WAKE_EVENTS:
+            return
         for waiter_id in list(self._by_session.get(str(event.get("session_id")), ())):
             waiter = self._waiters.get(waiter_id)
             if waiter is not None:

@@ -13,6 +13,7 @@ from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.services.clarifications import trusted
 from backend.services.resume import ResumeOutcome
+from backend.services.uow import Work
 from tests.lifecycle.support import (
     QUESTION,
     Agent,
@@ -117,7 +118,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         entered, release = asyncio.Event(), asyncio.Event()
         finalize = svc.clarifications._finalize
 
-        async def held(claim: lc.Claim) -> list[lc.BundleRow]:
+        async def held(claim: lc.Claim) -> tuple[list[lc.BundleRow], Work]:
             entered.set()
             await release.wait()
             settled = await finalize(claim)

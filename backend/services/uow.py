@@ -1,0 +1,121 @@
+"""One unit of work per write: session locks up front, one sequence bump, events after the commit.
+
+    async with uow(self.deps, [session_id]) as w:
+        session = await tasks.get_session(w.conn, session_id)   # read
+        ...                                                   # decide (domain rules)
+        await repo.write(w.conn, ...)                           # write
+        w.touch(session_id)                                     # the projection may have changed
+        w.publish(session.task_id, session_id, "message.added", message_id=...)
+
+On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement, brings
+the existing summaries of their tasks up to date in the same transaction (so the live projector
+need not read and write them again), commits, and only then publishes the queued events in order
+(publication failures are logged, never raised: clients converge on their next read). When the body
+raises, the transaction rolls back and nothing is published. Services decide and write; the unit
+owns the lock, the bump, the commit and the fan-out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.domain.records import SummaryRecord
+from backend.repository import locks, tasks
+from backend.services.context import Deps
+from backend.services.events_out import publish_session_change
+from backend.services.summaries import project_in_transaction, publish_summaries
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    task_id: str
+    session_id: str
+    kind: str
+    message_id: str | None = None
+    turn_id: str | None = None
+
+
+@dataclass
+class Work:
+    """The open transaction of one unit of work."""
+
+    conn: AsyncConnection
+    locked: set[str] = field(default_factory=set)
+    touched: dict[str, None] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    # Filled at commit: the task summaries this unit wrote, and whether every touched task's summary
+    # is provably current (then its events tell the live projector so).
+    summaries: list[SummaryRecord] = field(default_factory=list)
+    projected: bool = False
+
+    async def lock(self, session_ids: Iterable[str]) -> None:
+        """Serialize on more sessions (found by a read under this transaction); idempotent."""
+        wanted = sorted(set(session_ids) - self.locked)
+        if wanted:
+            await locks.lock_sessions(self.conn, wanted)
+            self.locked.update(wanted)
+
+    def touch(self, *session_ids: str) -> None:
+        """These sessions' projections may have changed: bump their sequence at commit."""
+        for session_id in session_ids:
+            self.touched[session_id] = None
+
+    def publish(
+        self,
+        task_id: str,
+        session_id: str,
+        kind: str,
+        *,
+        message_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> None:
+        """Queue one event; it is published only after the commit succeeded."""
+        self.events.append(Event(task_id, session_id, kind, message_id, turn_id))
+
+    def publish_messages(self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str]) -> None:
+        for message_id in message_ids:
+            self.publish(task_id, session_id, kind, message_id=message_id)
+
+
+@asynccontextmanager
+async def uow(deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False) -> AsyncIterator[Work]:
+    """One write transaction holding these sessions' locks; `hold=True` leaves publication to
+    `flush(deps, work)` (for a caller that must act between the commit and the fan-out)."""
+    async with deps.db.write() as conn:
+        work = Work(conn)
+        await work.lock(session_ids)
+        yield work
+        if work.touched:
+            touched = list(work.touched)
+            await tasks.bump_pending_seqs(conn, touched)
+            work.summaries, work.projected = await project_in_transaction(
+                conn,
+                touched,
+                task_of={e.session_id: e.task_id for e in work.events},
+                fault_points=deps.settings.fault_points,
+            )
+    if not hold:
+        await flush(deps, work)
+
+
+async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:
+    """Publish the queued events of a committed unit, in order, once (`strict`: raise on a failed
+    publication instead of logging it)."""
+    events, work.events = work.events, []
+    written, work.summaries = work.summaries, []
+    for event in events:
+        await publish_session_change(
+            deps.bus,
+            task_id=event.task_id,
+            session_id=event.session_id,
+            kind=event.kind,
+            message_id=event.message_id,
+            turn_id=event.turn_id,
+            projected=work.projected,
+            strict=strict,
+        )
+    await publish_summaries(deps, written)

@@ -1,0 +1,234 @@
+"""The unit of work: locks, one sequence bump for every touched session, events only after commit.
+
+And what it buys: every write path that opens a turn announces it, and ask and respond cost a
+constant number of statements and transactions however much data the database holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from backend.db.engine import Database
+from backend.db.tables import task_sessions
+from backend.domain.lifecycle import Answered
+from backend.events import TASK_CHANNEL
+from backend.repository import messages, summaries
+from backend.services.clarifications import trusted
+from backend.services.container import Services
+from backend.services.uow import uow
+from tests.lifecycle.support import Agent, new_session, running, yes
+
+SENTINEL = "test.sentinel"
+
+
+class Boom(Exception):
+    """Raised inside a unit to make it roll back."""
+
+
+@asynccontextmanager
+async def events_of(services: Services) -> AsyncIterator[asyncio.Queue[dict[str, Any]]]:
+    """Every event on the task channel, in order, from the moment the block starts."""
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    ready = asyncio.Event()
+
+    async def run() -> None:
+        async with services.deps.bus.subscribe(TASK_CHANNEL) as events:
+            ready.set()
+            async for event in events:
+                await queue.put(event)
+
+    task = asyncio.create_task(run())
+    await ready.wait()
+    try:
+        yield queue
+    finally:
+        task.cancel()
+
+
+async def until_sentinel(services: Services, queue: asyncio.Queue[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Publish a sentinel and return everything that arrived before it (the bus keeps order)."""
+    await services.deps.bus.publish(TASK_CHANNEL, {"type": SENTINEL})
+    seen: list[dict[str, Any]] = []
+    while True:
+        event = await asyncio.wait_for(queue.get(), 10)
+        if event["type"] == SENTINEL:
+            return seen
+        seen.append(event)
+
+
+async def sequences(db: Database, *session_ids: str) -> list[int]:
+    async with db.read() as conn:
+        found = {
+            r.id: int(r.pending_seq)
+            for r in await conn.execute(
+                select(task_sessions.c.id, task_sessions.c.pending_seq).where(
+                    task_sessions.c.id.in_(session_ids)
+                )
+            )
+        }
+    return [found[s] for s in session_ids]
+
+
+async def test_a_unit_bumps_each_touched_session_once_in_one_statement_and_publishes_after_commit(
+    db: Database,
+) -> None:
+    async with running(db) as svc:
+        task_a, a = await new_session(svc)
+        _, b = await new_session(svc)
+        _, untouched = await new_session(svc)
+        before = await sequences(db, a, b, untouched)
+        turn_a = (await svc.reads.turns(a))[0].id
+
+        # The commit's cost (the bump, the summaries' reconciliation) does not depend on how many
+        # sessions were touched; the sequences move once per unit, however often a session was touched.
+        async with uow(svc.deps, [a]) as w:
+            w.touch(a)
+            start = db.statements
+        one = db.statements - start
+        async with uow(svc.deps, [a, b]) as w:
+            w.touch(a, b)
+            w.touch(a)
+            start = db.statements
+        two = db.statements - start
+        assert one == two
+        assert await sequences(db, a, b, untouched) == [before[0] + 2, before[1] + 1, before[2]]
+
+        async with events_of(svc) as queue:
+            async with uow(svc.deps, [a]) as w:
+                row = await messages.insert_message(
+                    w.conn, session_id=a, turn_id=turn_a, kind="message", author="agent", content="hi"
+                )
+                w.touch(a)
+                w.publish(task_a, a, "message.added", message_id=row.id)
+                # Queued, not published: nothing but the sentinel arrives while the unit is open.
+                assert await until_sentinel(svc, queue) == []
+            seen = await until_sentinel(svc, queue)
+        assert [(e["type"], e["message_id"]) for e in seen] == [("message.added", row.id)]
+        assert await sequences(db, a) == [before[0] + 3]
+
+
+async def test_a_unit_that_raises_writes_nothing_bumps_nothing_and_publishes_nothing(db: Database) -> None:
+    async with running(db) as svc:
+        task_id, session_id = await new_session(svc)
+        before = await sequences(db, session_id)
+        turn_id = (await svc.reads.turns(session_id))[0].id
+
+        async def failing_unit() -> None:
+            async with uow(svc.deps, [session_id]) as w:
+                row = await messages.insert_message(
+                    w.conn,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    kind="message",
+                    author="agent",
+                    content="never",
+                )
+                w.touch(session_id)
+                w.publish(task_id, session_id, "message.added", message_id=row.id)
+                raise Boom
+
+        async with events_of(svc) as queue:
+            with pytest.raises(Boom):
+                await failing_unit()
+            assert await until_sentinel(svc, queue) == []
+        assert await sequences(db, session_id) == before
+        assert [m.id for m in await svc.reads.messages(session_id, first=None, after=None)] == []
+
+
+async def test_a_message_that_opens_the_first_turn_announces_it(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc, turn=False)
+        async with events_of(svc) as queue:
+            message = await svc.operations.post_message(
+                session_id, content="hello", author="agent", kind="message"
+            )
+            seen = await until_sentinel(svc, queue)
+        turns = await svc.reads.turns(session_id)
+        assert [t.id for t in turns] == [message.turn_id]
+        assert [(e["type"], e["turn_id"] or e["message_id"]) for e in seen] == [
+            ("turn.started", message.turn_id),
+            ("message.added", message.id),
+        ]
+
+
+async def _cycle_counts(svc: Services, db: Database, session_id: str) -> tuple[int, int, int, int]:
+    """(transactions, statements) of one ask and of one live respond (claim and confirmation)."""
+    tx, st = db.transactions, db.statements
+    agent = await Agent.ask(svc, session_id)
+    ask = (db.transactions - tx, db.statements - st)
+    waiting = agent.wait()
+    tx, st = db.transactions, db.statements
+    outcome = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+    answered = await agent.outcome()
+    respond = (db.transactions - tx, db.statements - st)
+    assert waiting.done()
+    assert isinstance(answered, Answered), (outcome, answered)
+    await agent.close()
+    return (*ask, *respond)
+
+
+async def test_ask_and_respond_cost_the_same_statements_and_transactions_as_data_grows(db: Database) -> None:
+    # The hub is not started: no heartbeat and no session-event wake-ups run beside the operations,
+    # so the counts are the operations' own.
+    async with running(db, heartbeat_seconds=3600.0) as svc:
+        await svc.waiters.stop()
+        _, session_id = await new_session(svc)
+        first = await _cycle_counts(svc, db, session_id)
+        # Grow everything the operations read: history of this session, turns, and other sessions
+        # with questions of their own.
+        for _ in range(15):
+            await _cycle_counts(svc, db, session_id)
+            await svc.operations.start_turn(session_id)
+        others = []
+        for _ in range(10):
+            _, other = await new_session(svc)
+            others.append(await Agent.ask(svc, other))
+        later = await _cycle_counts(svc, db, session_id)
+        for agent in others:
+            await agent.close()
+        assert later == first
+        ask_tx, _, respond_tx, _ = first
+        # One transaction to ask; a live respond is the claim plus the waiter's confirmation.
+        assert (ask_tx, respond_tx) == (1, 2)
+
+
+async def test_only_events_that_can_end_a_hold_wake_its_waiter(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        waiter = svc.waiters.register(session_id)
+        try:
+            for kind in ("message.added", "session.state"):
+                await svc.waiters._on_session_event({"type": kind, "session_id": session_id})
+                assert not waiter.wake_queued, kind
+            for kind in ("message.updated", "message.deleted", "turn.started", "turn.completed"):
+                await svc.waiters._on_session_event({"type": kind, "session_id": session_id})
+                assert waiter.wake_queued, kind
+                assert (await waiter.queue.get()).kind == "wake"
+                waiter.wake_queued = False
+        finally:
+            svc.waiters.unregister(waiter)
+
+
+async def test_a_write_brings_its_tasks_existing_summary_up_to_date_in_its_own_transaction(
+    db: Database,
+) -> None:
+    async with running(db) as svc:
+        task_id, session_id = await new_session(svc)
+        assert (await svc.summaries.refresh([task_id]))[task_id].pending_action is None
+        async with events_of(svc) as queue:
+            # No live projector runs here: only the ask's own transaction can have written this.
+            agent = await Agent.ask(svc, session_id)
+            seen = await until_sentinel(svc, queue)
+            async with db.read() as conn:
+                stored = (await summaries.read_summaries(conn, [task_id]))[task_id]
+            assert (stored.revision, stored.pending_action) == (2, "clarification")
+            # Its events tell every process's projector that the summary is already current.
+            assert seen
+            assert all(e.get("projected") is True for e in seen)
+            await agent.close()
