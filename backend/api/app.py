@@ -8,11 +8,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from backend import faults
+from backend import faults, metrics
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
 from backend.api.schema import build_schema
@@ -41,6 +42,14 @@ class Runtime:
     shutdown_steps: list[StartupStep] = field(default_factory=list)
 
 
+async def _start_access(services: Services) -> None:
+    await services.access.start()
+
+
+async def _stop_access(services: Services) -> None:
+    await services.access.stop()
+
+
 async def _start_clarifications(services: Services) -> None:
     await services.recovery.run()
     await services.waiters.start()
@@ -62,10 +71,14 @@ async def _stop_resume(services: Services) -> None:
 
 def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
     db = Database(settings.database_url)
+    metrics.instrument(db.engine)
     bus = EventBus(settings.broadcast_url)
     services = Services.build(Deps(db=db, bus=bus, settings=settings))
     runtime = Runtime(settings=settings, services=services)
     faults.configure(settings.fault_points)
+    # The token cache follows access changes of every process before any request is served.
+    runtime.startup_steps.append(_start_access)
+    runtime.shutdown_steps.append(_stop_access)
     # Clarification claims and orphaned waiters are recovered before the waiter hub takes hand-offs.
     runtime.startup_steps.append(_start_clarifications)
     runtime.shutdown_steps.append(_stop_clarifications)
@@ -115,7 +128,14 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             problems.append(f"database unreachable: {type(exc).__name__}")
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
-        return JSONResponse({"status": "ready", "epoch": runtime.epoch})
+        # `instance`: which server process answered (one per worker of `turnwise serve --workers N`).
+        return JSONResponse(
+            {"status": "ready", "epoch": runtime.epoch, "instance": services.deps.instance_id}
+        )
+
+    async def metrics_page(_: Request) -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     view = GraphQLView(
         services,
@@ -130,11 +150,18 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/metrics", metrics_page),
             Route("/graphql", view, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", view),
             *web_routes(),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(metrics.RequestMetrics)],
     )
     app.state.runtime = runtime
     return app
+
+
+def create_app_from_env() -> Starlette:
+    """The app of one worker of `turnwise serve --workers N`: settings from TURNWISE_*."""
+    return create_app(Settings.from_env())
