@@ -146,6 +146,9 @@ class Process:
             values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
             if values:
                 found[name] = sum(values)
+        pings = re.findall(r'^turnwise_db_transactions_total\{outcome="ping"\} (\S+)$', text, re.M)
+        if pings:
+            found["pings"] = float(pings[0])
         return found
 
 
@@ -332,6 +335,7 @@ async def measure(
         # Cross-check only: PostgreSQL flushes an idle backend's statistics up to 10 s late.
         "pg_stat_transactions_per_cycle": round((x1 - x0) / n, 2) if dialect == "postgresql" else None,
         "statements_per_cycle": per_cycle("turnwise_db_statements_total"),
+        "of_which_pre_pings_per_cycle": per_cycle("pings"),
         "cpu_ms_per_cycle": round((cpu1 - cpu0) * 1000 / n, 2),
         "errors": len(phase.errors),
         "error_samples": phase.errors[:3],
@@ -370,7 +374,8 @@ def summary(r: dict[str, Any]) -> str:
     return (
         f"{r['cycles_per_s']:>7} cycles/s  ask p50/p99 {r['ask_p50_ms']}/{r['ask_p99_ms']} ms  "
         f"respond->answered p50/p99 {r['answered_p50_ms']}/{r['answered_p99_ms']} ms  "
-        f"xact/cycle {r['transactions_per_cycle']} (pg_stat {r['pg_stat_transactions_per_cycle']})  "
+        f"xact/cycle {r['transactions_per_cycle']} (pings {r['of_which_pre_pings_per_cycle']}, "
+        f"pg_stat {r['pg_stat_transactions_per_cycle']})  "
         f"stmt/cycle {r['statements_per_cycle']}  "
         f"cpu {r['cpu_ms_per_cycle']} ms/cycle  errors {r['errors']}"
     )
