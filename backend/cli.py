@@ -123,6 +123,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if settings.workers != 1:
+        print("turnwise demo: error: the demo runs one process; unset TURNWISE_WORKERS", file=sys.stderr)
+        return 2
     if not settings.bootstrap_token:
         settings = dataclasses.replace(settings, bootstrap_token=_demo_token())
     base = f"http://{settings.host}:{settings.port}"
