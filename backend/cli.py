@@ -6,8 +6,11 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import secrets
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import platformdirs
@@ -25,10 +28,39 @@ def _settings(args: argparse.Namespace) -> Settings:
             "port": args.port,
             "database_url": args.database_url,
             "broadcast_url": args.broadcast_url,
+            "workers": getattr(args, "workers", None),
         }.items()
         if v is not None
     }
     return dataclasses.replace(settings, **overrides)
+
+
+def _serve_workers(settings: Settings) -> None:
+    """N uvicorn worker processes on one port; each builds its app from the environment, so the
+    command line's settings are handed down there. Metrics run in prometheus multiprocess mode."""
+    from backend.metrics import MULTIPROC_ENV
+
+    os.environ.update(
+        TURNWISE_HOST=settings.host,
+        TURNWISE_PORT=str(settings.port),
+        TURNWISE_DATABASE_URL=settings.database_url,
+        TURNWISE_BROADCAST_URL=settings.broadcast_url,
+    )
+    metrics_dir = tempfile.mkdtemp(prefix="turnwise-metrics-")
+    os.environ[MULTIPROC_ENV] = metrics_dir
+    try:
+        uvicorn.run(
+            "backend.api.app:create_app_from_env",
+            factory=True,
+            workers=settings.workers,
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=settings.access_log,
+            ws="websockets-sansio",
+        )
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 def _serve(settings: Settings, *, demo: bool = False) -> int:
@@ -53,7 +85,14 @@ def _serve(settings: Settings, *, demo: bool = False) -> int:
     app = create_app(settings, after_start=after_start)
     tune_collector()
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", ws="websockets-sansio")
+        uvicorn.run(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            access_log=settings.access_log,
+            ws="websockets-sansio",
+        )
     except SystemExit as exc:
         if app.state.runtime.failure is None:
             raise
@@ -77,11 +116,22 @@ def _demo_token() -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    return _serve(_settings(args))
+    settings = _settings(args)
+    problem = settings.scale_out_problem()
+    if problem is not None:
+        print(f"turnwise serve: error: {problem}", file=sys.stderr)
+        return 2
+    if settings.workers > 1:
+        _serve_workers(settings)
+        return 0
+    return _serve(settings)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     settings = _settings(args)
+    if settings.workers != 1:
+        print("turnwise demo: error: the demo runs one process; unset TURNWISE_WORKERS", file=sys.stderr)
+        return 2
     if not settings.bootstrap_token:
         settings = dataclasses.replace(settings, bootstrap_token=_demo_token())
     base = f"http://{settings.host}:{settings.port}"
@@ -133,6 +183,13 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--port", type=int, help="TURNWISE_PORT (default 8000)")
         p.add_argument("--database-url", help="TURNWISE_DATABASE_URL (default: SQLite in the user data dir)")
         p.add_argument("--broadcast-url", help="TURNWISE_BROADCAST_URL (default memory://)")
+        if name == "serve":
+            p.add_argument(
+                "--workers",
+                type=int,
+                help="TURNWISE_WORKERS (default 1): server processes sharing the port, the database and the "
+                "bus; more than one needs PostgreSQL and redis://",
+            )
         p.set_defaults(func=func)
     p = sub.add_parser("export-schema")
     p.add_argument("--output", default="schema.graphql")

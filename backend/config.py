@@ -57,6 +57,10 @@ class Settings:
     scripted_outcomes: tuple[str, ...] = ("accepted",)
     scripted_log: str | None = None
     demo: bool = False
+    # Server processes behind one port (`turnwise serve --workers N`): PostgreSQL and a shared bus only.
+    workers: int = 1
+    # uvicorn's per-request access log (TURNWISE_ACCESS_LOG=1); off by default, it costs on the hot path.
+    access_log: bool = False
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -87,4 +91,26 @@ class Settings:
             executor=os.environ.get("TURNWISE_EXECUTOR") or base.executor,
             scripted_outcomes=_list("TURNWISE_SCRIPTED_OUTCOMES", base.scripted_outcomes),
             scripted_log=os.environ.get("TURNWISE_SCRIPTED_LOG") or None,
+            workers=_int("TURNWISE_WORKERS", base.workers),
+            access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
         )
+
+    def scale_out_problem(self) -> str | None:
+        """Why these settings cannot run `workers` processes, or None when they can."""
+        if self.workers < 1:
+            return f"--workers must be at least 1 (got {self.workers})"
+        if self.workers == 1:
+            return None
+        if self.database_url.startswith("sqlite"):
+            return (
+                f"--workers {self.workers} needs PostgreSQL: SQLite serializes every writer on one file "
+                "and its processes cannot share live waiters; run one worker, or use a postgresql+asyncpg:// "
+                "TURNWISE_DATABASE_URL"
+            )
+        if self.broadcast_url.startswith("memory://"):
+            return (
+                f"--workers {self.workers} needs a shared bus: memory:// reaches only its own process, so an "
+                "answer could not reach an agent waiting on another worker; set TURNWISE_BROADCAST_URL to "
+                "redis://..."
+            )
+        return None

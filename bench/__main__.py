@@ -7,11 +7,16 @@ import pkgutil
 import sys
 from pathlib import Path
 
+# Modules the benches use, not benches themselves.
+HELPERS = frozenset({"common", "floor", "wire"})
+
 
 def available() -> list[str]:
     here = Path(__file__).parent
     return sorted(
-        m.name for m in pkgutil.iter_modules([str(here)]) if not m.name.startswith("_") and m.name != "common"
+        m.name
+        for m in pkgutil.iter_modules([str(here)])
+        if not m.name.startswith("_") and m.name not in HELPERS
     )
 
 

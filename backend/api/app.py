@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from backend import faults
+from backend import faults, metrics
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
 from backend.api.schema import build_schema
@@ -58,6 +59,7 @@ def create_app(
 ) -> Starlette:
     """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
     db = Database(settings.database_url)
+    metrics.instrument(db.engine)
     bus = EventBus(settings.broadcast_url)
     services = Services.build(Deps(db=db, bus=bus, settings=settings))
     runtime = Runtime(settings=settings, services=services)
@@ -105,7 +107,14 @@ def create_app(
             problems.append(f"database unreachable: {type(exc).__name__}")
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
-        return JSONResponse({"status": "ready", "epoch": runtime.epoch})
+        # `instance`: which server process answered (one per worker of `turnwise serve --workers N`).
+        return JSONResponse(
+            {"status": "ready", "epoch": runtime.epoch, "instance": services.deps.instance_id}
+        )
+
+    async def metrics_page(_: Request) -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     view = GraphQLView(
         services,
@@ -120,11 +129,18 @@ def create_app(
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/metrics", metrics_page),
             Route("/graphql", view, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", view),
             *web_routes(),
         ],
         lifespan=lifespan,
+        middleware=[Middleware(metrics.RequestMetrics)],
     )
     app.state.runtime = runtime
     return app
+
+
+def create_app_from_env() -> Starlette:
+    """The app of one worker of `turnwise serve --workers N`: settings from TURNWISE_*."""
+    return create_app(Settings.from_env())

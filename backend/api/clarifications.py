@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import strawberry
 from strawberry.types import Info
 
+from backend import metrics
 from backend.api.access import require_session_agent, require_task_answer, require_task_read
 from backend.api.context import Context
 from backend.api.types import (
@@ -172,7 +173,27 @@ class TaskAdvanceBlocked:
 AdvanceTaskResult = Annotated[TaskAdvanced | TaskAdvanceBlocked, strawberry.union("AdvanceTaskResult")]
 
 
+def _count_respond(r: lc.RespondOutcome) -> None:
+    if isinstance(r, lc.Responded):
+        if r.resumed:
+            metrics.RESUME_OUTCOMES.labels("resumed").inc()
+    elif isinstance(r, lc.Conflict):
+        metrics.CONFLICTS.labels(r.reason.value).inc()
+    else:
+        metrics.RESUME_OUTCOMES.labels("retryable_failure" if r.retryable else "final_failure").inc()
+
+
+def _count_outcome(o: lc.WaitOutcome) -> None:
+    if isinstance(o, lc.Asked):
+        metrics.ASKS.inc()
+    elif isinstance(o, lc.Answered | lc.Rejected):
+        metrics.LIVE_ANSWERS.inc()
+    elif isinstance(o, lc.Detached):
+        metrics.DETACHES.inc()
+
+
 def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
+    _count_respond(r)
     if isinstance(r, lc.Responded):
         return ClarificationResponded(bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed)
     if isinstance(r, lc.Conflict):
@@ -287,13 +308,23 @@ class ClarificationSubscriptions:
     ) -> AsyncGenerator[ClarificationOutcome, None]:
         principal = info.context.principal
         # Unknown and inaccessible sessions get the same NotFound; readers of the task get Forbidden.
-        session = await info.context.services.reads.session(str(session_id))
-        require_session_agent(principal, session.id, session.task_id)
+        if not (principal.role == "agent" and principal.session_id == str(session_id)):
+            # The session's own agent is known from its token's row; anyone else needs the session's
+            # task to be told NotFound or Forbidden.
+            session = await info.context.services.reads.session(str(session_id))
+            require_session_agent(principal, session.id, session.task_id)
         stream = info.context.services.clarifications.ask(
             str(session_id), [_question_dict(q) for q in questions], context, timeout_seconds
         )
+        waiting = False
         try:
             async for outcome in stream:
+                _count_outcome(outcome)
+                if not waiting and isinstance(outcome, lc.Asked):
+                    waiting = True
+                    metrics.LIVE_WAITERS.inc()
                 yield _outcome(outcome)
         finally:
+            if waiting:
+                metrics.LIVE_WAITERS.dec()
             await stream.aclose()

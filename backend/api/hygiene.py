@@ -7,10 +7,11 @@ WebSocket), over both the document's string literals and the variables.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from graphql import GraphQLError, StringValueNode, visit
+from graphql import DocumentNode, GraphQLError, StringValueNode, visit
 from graphql.language import ArgumentNode, Visitor
 from strawberry.extensions import SchemaExtension
 
@@ -59,14 +60,31 @@ class _Literals(Visitor):
             self.bad.append(self.arguments[-1] if self.arguments else "document")
 
 
+# Literals are fixed by the document's text: checked once per text (as many as the parser cache keeps).
+_CHECKED_TEXTS = 128
+_literals_of: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+
+def _literal_problems(text: str, document: DocumentNode) -> tuple[str, ...]:
+    if text and text in _literals_of:
+        _literals_of.move_to_end(text)
+        return _literals_of[text]
+    literals = _Literals()
+    visit(document, literals)
+    found = tuple(literals.bad)
+    if text:
+        _literals_of[text] = found
+        if len(_literals_of) > _CHECKED_TEXTS:
+            _literals_of.popitem(last=False)
+    return found
+
+
 class TextHygiene(SchemaExtension):
     def on_validate(self) -> Iterator[None]:
         ctx = self.execution_context
         bad = list(bad_variable_paths(ctx.variables or {}, "$"))
         if ctx.graphql_document is not None:
-            literals = _Literals()
-            visit(ctx.graphql_document, literals)
-            bad += literals.bad
+            bad += _literal_problems(ctx.query or "", ctx.graphql_document)
         if bad:
             # Set before validation runs: the operation then ends with this error and executes nothing.
             ctx.pre_execution_errors = [

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator
 import strawberry
 from strawberry.types import Info
 
+from backend import metrics
 from backend.api import access
 from backend.api.auth import Principal
 from backend.api.context import Context
@@ -102,7 +103,10 @@ class LiveSubscriptions:
                 return _readable(principal, t)
 
             task_ids = await _all_readable_tasks(info)
-        with services.live.watch_projections(scope) as mailbox:
+        with (
+            services.live.watch_projections(scope) as mailbox,
+            metrics.SUBSCRIBERS.labels("pendingActionChanged").track_inprogress(),
+        ):
             # Registered before the snapshot is read, so no change between the two is lost; the
             # mailbox drops whichever of snapshot and change carries the older revision.
             sessions, projections = await services.reads.sessions_with_pending(task_ids)
@@ -119,7 +123,10 @@ class LiveSubscriptions:
     ) -> AsyncGenerator[SessionEvent, None]:
         sid = str(session_id)
         await _session_task(info, sid)
-        with info.context.services.live.watch_session_events(sid) as mailbox:
+        with (
+            info.context.services.live.watch_session_events(sid) as mailbox,
+            metrics.SUBSCRIBERS.labels("sessionEvents").track_inprogress(),
+        ):
             async for change in mailbox:
                 yield SessionEvent.of(change)
 
@@ -135,7 +142,10 @@ class LiveSubscriptions:
         def scope(t: str) -> bool:
             return _readable(principal, t)
 
-        with services.live.watch_summaries(scope) as mailbox:
+        with (
+            services.live.watch_summaries(scope) as mailbox,
+            metrics.SUBSCRIBERS.labels("taskSummaryChanged").track_inprogress(),
+        ):
             views = await services.summaries.reconcile(await _all_readable_tasks(info))
             for task_id, view in views.items():
                 if view.summary is not None:

@@ -6,7 +6,15 @@ import datetime as dt
 from functools import partial
 
 import strawberry
-from strawberry.extensions import MaxTokensLimiter, QueryDepthLimiter
+from graphql import ValidationRule
+from strawberry.extensions import (
+    AddValidationRules,
+    MaxTokensLimiter,
+    ParserCache,
+    SchemaExtension,
+    ValidationCache,
+)
+from strawberry.extensions.query_depth_limiter import create_validator
 from strawberry.schema.config import StrawberryConfig
 
 from backend.api.admin import AccessMutations, AccessQueries
@@ -20,6 +28,7 @@ from backend.api.errors import ErrorPolicy
 from backend.api.hygiene import TextHygiene
 from backend.api.limits import max_query_bytes
 from backend.api.live import LiveSubscriptions
+from backend.api.observe import OperationMetrics
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.scalars import DateTime
 
@@ -39,6 +48,17 @@ class Subscription(AgentSubscriptions, LiveSubscriptions, ClarificationSubscript
     pass
 
 
+def _rules(*rules: type[ValidationRule]) -> type[SchemaExtension]:
+    """Validation rules as an extension factory whose rule classes are built once per schema, so the
+    validation cache (keyed by document and rules) hits for every repeated document."""
+
+    class Rules(AddValidationRules):
+        def __init__(self) -> None:
+            super().__init__(list(rules))
+
+    return Rules
+
+
 def build_schema(
     *, max_depth: int = 12, max_tokens: int = 5000, max_bytes: int = 64_000
 ) -> strawberry.Schema:
@@ -47,13 +67,18 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         config=StrawberryConfig(scalar_map={dt.datetime: DateTime}),
-        # Factories, not instances: each operation gets its own extension state.
+        # Factories, not instances: each operation gets its own extension state. Parsed documents and
+        # their validation results are cached (bounded LRU, 128 documents each); the cache runs before
+        # TextHygiene, whose per-request variable check may still refuse the operation.
         extensions=[
             ErrorPolicy,
-            partial(QueryDepthLimiter, max_depth=max_depth),
             partial(MaxTokensLimiter, max_token_count=max_tokens),
+            _rules(create_validator(max_depth, None)),
             max_query_bytes(max_bytes),
+            ParserCache,
+            ValidationCache,
             TextHygiene,
+            OperationMetrics,
         ],
     )
 

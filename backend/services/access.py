@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend.domain.errors import InvalidInput
 from backend.repository import access, tasks, turns
 from backend.repository.access import Identity, UserRecord
 from backend.services.context import Deps
+from backend.services.token_cache import ACCESS_CHANNEL, TokenCache
 
 log = logging.getLogger("turnwise.access")
 
@@ -27,10 +30,60 @@ class IssuedToken:
 @dataclass
 class Access:
     deps: Deps
+    tokens: TokenCache = field(default_factory=TokenCache)
+    _listener: asyncio.Task[None] | None = None
 
     async def identity(self, token: str) -> Identity | None:
+        key = access.token_hash(token)
+        cached = self.tokens.get(key)
+        if cached is not None:
+            return cached
+        generation = self.tokens.generation
         async with self.deps.db.read() as conn:
-            return await access.identity_for_token(conn, token)
+            identity = await access.identity_for_token(conn, token)
+        if identity is not None:
+            self.tokens.put(key, identity, generation)
+        return identity
+
+    # --- the token cache across processes -----------------------------------------------------
+
+    async def start(self) -> None:
+        """Follow revocations and grant changes of every process (the bus is connected)."""
+        ready = asyncio.Event()
+        self._listener = asyncio.create_task(self._listen(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+
+    async def _listen(self, ready: asyncio.Event) -> None:
+        while True:
+            try:
+                async with self.deps.bus.subscribe(ACCESS_CHANNEL) as events:
+                    # Whatever changed while we were not subscribed is not in the cache after this.
+                    self.tokens.clear()
+                    ready.set()
+                    async for _event in events:
+                        self.tokens.clear()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("access subscription lost; resubscribing")
+                self.tokens.clear()
+                await asyncio.sleep(0.5)
+
+    async def _access_changed(self, what: str) -> None:
+        """After a committed revocation or grant change: no process answers from older identities."""
+        self.tokens.clear()
+        try:
+            await self.deps.bus.publish(ACCESS_CHANNEL, {"kind": what})
+        except Exception:
+            # Other processes stop trusting their cached identities within the cache's age bound.
+            log.exception("access change not published", extra={"event": "access.publish_failed"})
 
     async def create_user(self, name: str, role: str) -> UserRecord:
         name = name.strip()
@@ -66,6 +119,8 @@ class Access:
     async def revoke_token(self, token_id: str) -> bool:
         async with self.deps.db.write() as conn:
             revoked = await access.revoke_token(conn, token_id)
+        if revoked:
+            await self._access_changed("token_revoked")
         log.info(
             "token revoked", extra={"event": "access.token_revoked", "token_id": token_id, "revoked": revoked}
         )
@@ -78,11 +133,15 @@ class Access:
                 raise InvalidInput("userId", "tasks are granted to users with the user role")
             await tasks.get_task(conn, task_id)
             await access.grant_task(conn, user_id, task_id)
+        await self._access_changed("task_granted")
         log.info("task granted", extra={"event": "access.granted", "user_id": user_id, "task_id": task_id})
 
     async def revoke_task(self, user_id: str, task_id: str) -> bool:
         async with self.deps.db.write() as conn:
-            return await access.revoke_grant(conn, user_id, task_id)
+            revoked = await access.revoke_grant(conn, user_id, task_id)
+        if revoked:
+            await self._access_changed("task_revoked")
+        return revoked
 
     # --- lookups for the access rules: which task and session an id belongs to ----------------
 

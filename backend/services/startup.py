@@ -6,7 +6,8 @@
 4. summaries of the tasks recovery touched (nothing listened to its events yet)
 5. the live hub: bus subscriber and summary projector
 6. the waiter hub (hand-offs between processes, heartbeat)
-7. the primary-answer watchdogs
+7. the token cache's listener (revocations and grant changes of every process)
+8. the primary-answer watchdogs
 Prompt admission and `/readyz` 200 follow only once `start` returned: the server binds its port
 after the lifespan startup completed.
 
@@ -54,6 +55,7 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
         ("summaries", summaries),
         ("live hub", services.live.start),
         ("waiter hub", services.waiters.start),
+        ("token cache", services.access.start),
         ("watchdogs", services.watchdogs.start),
     ]
     if then is not None:
@@ -77,6 +79,7 @@ async def stop(services: Services) -> None:
     """Stop what `start` started, newest first; each stop tolerates never having been started."""
     for name, step in (
         ("watchdogs", services.watchdogs.stop),
+        ("token cache", services.access.stop),
         ("waiter hub", services.waiters.stop),
         ("live hub", services.live.stop),
     ):

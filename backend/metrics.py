@@ -1,0 +1,142 @@
+"""Prometheus metrics (`/metrics`): request and operation latency, clarification counters, live gauges,
+and the statements and transactions this process sent to the database.
+
+With `turnwise serve --workers N` the server runs prometheus-client's multiprocess mode
+(PROMETHEUS_MULTIPROC_DIR, set by the command before the workers start): any worker's `/metrics` then
+reports the sum over all workers (gauges of live workers only).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client import REGISTRY as DEFAULT_REGISTRY
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+REQUESTS = Histogram(
+    "turnwise_http_request_seconds",
+    "HTTP requests by route, method and status class, from the first byte in to the last byte out.",
+    ["route", "method", "status"],
+    buckets=LATENCY_BUCKETS,
+)
+OPERATIONS = Histogram(
+    "turnwise_graphql_operation_seconds",
+    "Executed GraphQL queries and mutations by type and root field (validated documents only).",
+    ["type", "field"],
+    buckets=LATENCY_BUCKETS,
+)
+ASKS = Counter("turnwise_clarification_asks", "askClarification calls that yielded ClarificationAsked.")
+LIVE_ANSWERS = Counter(
+    "turnwise_clarification_live_answers", "Answers and skips delivered to a waiting agent on its live wait."
+)
+DETACHES = Counter("turnwise_clarification_detaches", "Waits that ended with ClarificationDetached.")
+RESUME_OUTCOMES = Counter(
+    "turnwise_resume_outcomes",
+    "respondToClarification deliveries beyond the live wait: resumed (a detached answer reached its "
+    "agent), retryable_failure / final_failure (ClarificationDeliveryFailed, live hand-off or resume).",
+    ["outcome"],
+)
+CONFLICTS = Counter(
+    "turnwise_clarification_conflicts", "respondToClarification conflicts by reason.", ["reason"]
+)
+LIVE_WAITERS = Gauge(
+    "turnwise_live_waiters", "Agents waiting on askClarification right now.", multiprocess_mode="livesum"
+)
+SUBSCRIBERS = Gauge(
+    "turnwise_subscribers",
+    "Open subscriptions of clients (pendingActionChanged, sessionEvents, taskSummaryChanged).",
+    ["subscription"],
+    multiprocess_mode="livesum",
+)
+DB_STATEMENTS = Counter("turnwise_db_statements", "SQL statements sent to the database (not BEGIN/COMMIT).")
+DB_TRANSACTIONS = Counter(
+    "turnwise_db_transactions",
+    "Database transactions ended (commit, rollback) and connection pre-pings (ping).",
+    ["outcome"],
+)
+
+_ROUTES = frozenset({"/graphql", "/healthz", "/readyz", "/metrics"})
+
+
+def instrument(engine: AsyncEngine) -> None:
+    """Count the engine's statements and transactions."""
+    statements = DB_STATEMENTS
+    commits = DB_TRANSACTIONS.labels("commit")
+    rollbacks = DB_TRANSACTIONS.labels("rollback")
+    sync_engine = engine.sync_engine
+
+    def count_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if not statement.startswith("BEGIN"):
+            statements.inc()
+
+    def count_commit(_conn: Any) -> None:
+        commits.inc()
+
+    def count_rollback(_conn: Any) -> None:
+        rollbacks.inc()
+
+    event.listen(sync_engine, "before_cursor_execute", count_statement)
+    event.listen(sync_engine, "commit", count_commit)
+    event.listen(sync_engine, "rollback", count_rollback)
+    if getattr(sync_engine.pool, "_pre_ping", False):
+        # A pre-ping is one more round trip per checkout, and PostgreSQL counts it as a transaction.
+        pings = DB_TRANSACTIONS.labels("ping")
+
+        def count_ping(*_: Any) -> None:
+            pings.inc()
+
+        event.listen(sync_engine.pool, "checkout", count_ping)
+
+
+def exposition() -> tuple[bytes, str]:
+    """The text format of every metric: this process's, or all workers' in multiprocess mode."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(DEFAULT_REGISTRY), CONTENT_TYPE_LATEST
+
+
+class RequestMetrics:
+    """ASGI middleware timing HTTP requests (WebSocket connections are not requests)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_and_note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            path = scope.get("path", "")
+            route = path if path in _ROUTES else "other"
+            REQUESTS.labels(route, scope.get("method", ""), f"{status // 100}xx").observe(
+                time.perf_counter() - started
+            )

@@ -1,0 +1,441 @@
+"""The ask -> answer cycle end to end, against a real `turnwise serve` and against the floor server.
+
+One cycle: an agent subscribes `askClarification` over its WebSocket -> `ClarificationAsked` -> a client
+calls `respondToClarification` over keep-alive HTTP -> the agent receives `ClarificationAnswered` (and
+the client its `ClarificationResponded`). With 1 and 50 concurrent agents (one WebSocket each), on
+PostgreSQL + Redis (1 and 2 workers) and on SQLite; the floor (`bench/floor.py`: Strawberry, Starlette,
+uvicorn, asyncpg, three commits, no rules) runs in the same process of the bench on PostgreSQL.
+
+Per run: cycles/s, ask p50/p99 (subscribe -> Asked), respond -> answered p50/p99 (respond sent ->
+Answered received by the agent), transactions and statements per cycle counted where they meet the
+database (the server's own counters at `/metrics`: commits, rollbacks and connection pre-pings, and SQL
+statements other than BEGIN; the floor counts the same way), with PostgreSQL's `pg_stat_database`
+commits + rollbacks beside them as a cross-check (approximate: PostgreSQL reports an idle backend's
+statistics up to 10 s late), and server CPU per cycle (`/proc/<pid>/stat` of the server and its
+workers). Then the ratios to the floor and the targets of the hot-path issue.
+
+`python -m bench cycle`; TURNWISE_CYCLE_SECONDS (measured seconds per run, default 4),
+TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"), TURNWISE_CYCLE_ONLY (run only the runs whose
+label contains it, e.g. "sqlite"; no targets then). Results: bench/results/cycle.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import httpx
+from sqlalchemy.engine import make_url
+
+from bench.common import pct, write_result
+from bench.wire import Http, Socket, WireError
+from tests.servers import drop_database, free_port, fresh_database
+
+REDIS_URL = os.environ.get("TURNWISE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
+ADMIN_TOKEN = "bench-cycle-admin-token"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!) {
+  askClarification(sessionId: $s, questions: $q) {
+    __typename
+    ... on ClarificationAsked { bundle { pendingId } }
+    ... on ClarificationAnswered { pendingId }
+    ... on ClarificationDetached { pendingId } } }"""
+RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!) {
+  respondToClarification(pendingId: $p, answers: $a) {
+    __typename
+    ... on ClarificationResponded { resumed }
+    ... on ClarificationConflict { reason } } }"""
+ANSWER = [{"questionId": "q1", "selectedOptionIds": ["q1_opt1"]}]
+
+CREATE_USER = "mutation($n: String!, $r: String!) { createUser(name: $n, role: $r) { id } }"
+ISSUE = "mutation($u: ID!, $s: ID) { issueToken(userId: $u, sessionId: $s) { token } }"
+CREATE_TASK = "mutation($t: String!) { createTask(title: $t) { id } }"
+CREATE_SESSION = "mutation($task: ID!) { createSession(taskId: $task, isPrimary: true) { id } }"
+SET_STATE = "mutation($s: ID!, $st: SessionState!) { setSessionState(sessionId: $s, state: $st) { id } }"
+GRANT = "mutation($u: ID!, $t: ID!) { grantTask(userId: $u, taskId: $t) }"
+
+
+# --- servers ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Process:
+    """A server under test: `turnwise serve` or the floor, on a free port, with its log in a file."""
+
+    kind: str  # turnwise | floor
+    args: list[str]
+    env: dict[str, str]
+    database_url: str
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-cycle-")[1]))
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", *self.args, "--port", str(self.port)],
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def start(self) -> None:
+        self.proc = await asyncio.to_thread(self.spawn)
+        deadline = time.monotonic() + 30
+        async with httpx.AsyncClient() as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.kind} exited:\n{self.log_path.read_text()[-4000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{self.base_url}/readyz", timeout=1)).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.kind} not ready:\n{self.log_path.read_text()[-4000:]}")
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, 15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+        self.log_path.unlink(missing_ok=True)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the server process and every descendant (the workers)."""
+        assert self.proc is not None
+        pids = [self.proc.pid]
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                    children.setdefault(ppid, []).append(int(entry.name))
+        total = 0.0
+        while pids:
+            pid = pids.pop()
+            pids.extend(children.get(pid, []))
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+        return total
+
+    async def counters(self) -> dict[str, float]:
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"{self.base_url}/metrics", timeout=5)).text
+        found: dict[str, float] = {}
+        for name in ("turnwise_db_statements_total", "turnwise_db_transactions_total"):
+            values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+            if values:
+                found[name] = sum(values)
+        pings = re.findall(r'^turnwise_db_transactions_total\{outcome="ping"\} (\S+)$', text, re.M)
+        if pings:
+            found["pings"] = float(pings[0])
+        return found
+
+
+async def pg_transactions(database_url: str) -> int:
+    """Commits + rollbacks of the database, read from another database so we do not count ourselves."""
+    url = make_url(database_url)
+    admin = await asyncpg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, database="postgres"
+    )
+    try:
+        value = await admin.fetchval(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1", url.database
+        )
+        return int(value)
+    finally:
+        await admin.close()
+
+
+# --- the cycle ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Phase:
+    stop_at: float = 0.0
+    record: bool = False
+    cycles: int = 0
+    errors: list[str] = field(default_factory=list)
+    ask: list[float] = field(default_factory=list)
+    answered: list[float] = field(default_factory=list)
+
+
+async def agent(
+    index: int, server: Process, token: str, session_id: str, responder: Http, phases: asyncio.Queue[Phase]
+) -> None:
+    socket = await Socket.open(server.base_url, token)
+    n = 0
+    try:
+        while (phase := await phases.get()).stop_at:
+            while time.monotonic() < phase.stop_at:
+                n += 1
+                question = {
+                    "prompt": f"agent {index} cycle {n}?",
+                    "options": [{"label": "a"}, {"label": "b"}],
+                }
+                try:
+                    started = time.perf_counter()
+                    await socket.subscribe(ASK, {"s": session_id, "q": [question]})
+                    asked = (await socket.next())["askClarification"]
+                    asked_at = time.perf_counter()
+                    if asked["__typename"] != "ClarificationAsked":
+                        raise WireError(f"expected ClarificationAsked, got {asked}")
+                    pending_id = asked["bundle"]["pendingId"]
+                    respond = asyncio.create_task(responder.execute(RESPOND, {"p": pending_id, "a": ANSWER}))
+                    outcome = (await socket.next())["askClarification"]
+                    answered_at = time.perf_counter()
+                    result = (await respond)["respondToClarification"]
+                    if outcome["__typename"] != "ClarificationAnswered" or result["__typename"] != (
+                        "ClarificationResponded"
+                    ):
+                        raise WireError(f"cycle ended with {outcome} / {result}")
+                except (WireError, OSError, TimeoutError, httpx.HTTPError) as exc:
+                    phase.errors.append(f"agent {index}: {exc}"[:300])
+                    await socket.close()
+                    socket = await Socket.open(server.base_url, token)
+                    continue
+                if phase.record:
+                    phase.cycles += 1
+                    phase.ask.append(asked_at - started)
+                    phase.answered.append(answered_at - asked_at)
+            phases.task_done()
+    finally:
+        await socket.close()
+
+
+async def turnwise_setup(server: Process, agents: int) -> tuple[list[tuple[str, str]], str]:
+    """(session id, agent token) per agent and one user token granted every task."""
+    admin = Http(server.base_url, ADMIN_TOKEN)
+    try:
+        user_id = (await admin.execute(CREATE_USER, {"n": "responder", "r": "user"}))["createUser"]["id"]
+        user_token = (await admin.execute(ISSUE, {"u": user_id, "s": None}))["issueToken"]["token"]
+        sessions = []
+        for a in range(agents):
+            task_id = (await admin.execute(CREATE_TASK, {"t": f"cycle task {a}"}))["createTask"]["id"]
+            session_id = (await admin.execute(CREATE_SESSION, {"task": task_id}))["createSession"]["id"]
+            await admin.execute(SET_STATE, {"s": session_id, "st": "RUNNING"})
+            await admin.execute(GRANT, {"u": user_id, "t": task_id})
+            agent_id = (await admin.execute(CREATE_USER, {"n": f"agent-{a}", "r": "agent"}))["createUser"][
+                "id"
+            ]
+            token = (await admin.execute(ISSUE, {"u": agent_id, "s": session_id}))["issueToken"]["token"]
+            sessions.append((session_id, token))
+        return sessions, user_token
+    finally:
+        await admin.aclose()
+
+
+@contextlib.asynccontextmanager
+async def serving(kind: str, dialect: str, workers: int) -> AsyncIterator[Process]:
+    url = await asyncio.to_thread(fresh_database, dialect)
+    if kind == "floor":
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        server = Process("floor", ["bench.floor", "--dsn", dsn], {}, url)
+    else:
+        env = {
+            "TURNWISE_BOOTSTRAP_TOKEN": ADMIN_TOKEN,
+            "TURNWISE_DATABASE_URL": url,
+            "TURNWISE_BROADCAST_URL": REDIS_URL if dialect == "postgresql" else "memory://",
+        }
+        args = ["backend.cli", "serve", *(["--workers", str(workers)] if workers > 1 else [])]
+        server = Process("turnwise", args, env, url)
+    try:
+        await server.start()
+        yield server
+    finally:
+        await server.stop()
+        await asyncio.to_thread(drop_database, url)
+        if dialect == "sqlite":
+            for suffix in ("", "-wal", "-shm"):
+                await asyncio.to_thread(Path(f"{make_url(url).database}{suffix}").unlink, missing_ok=True)
+
+
+async def measure(
+    server: Process, dialect: str, agents: int, seconds: float, warmup: float
+) -> dict[str, Any]:
+    if server.kind == "floor":
+        sessions, user_token = [(f"session-{a}", "") for a in range(agents)], ""
+    else:
+        sessions, user_token = await turnwise_setup(server, agents)
+    responder = Http(server.base_url, user_token or None, connections=agents)
+    queues: list[asyncio.Queue[Phase]] = [asyncio.Queue() for _ in sessions]
+    tasks = [
+        asyncio.create_task(agent(i, server, token or "", session_id, responder, q))
+        for i, ((session_id, token), q) in enumerate(zip(sessions, queues, strict=True))
+    ]
+
+    async def run(phase: Phase) -> float:
+        began = time.monotonic()
+        for q in queues:
+            q.put_nowait(phase)
+        joined = asyncio.ensure_future(asyncio.gather(*(q.join() for q in queues)))
+        watched: list[asyncio.Future[Any]] = [joined, *tasks]
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        if joined not in done:
+            joined.cancel()
+            for task in done:
+                task.result()  # an agent died: raise its error
+            raise RuntimeError("an agent stopped")
+        return time.monotonic() - began
+
+    async def sample() -> tuple[float, float, dict[str, float]]:
+        await asyncio.sleep(1.2)  # PostgreSQL flushes backend statistics at most once a second
+        xacts = float(await pg_transactions(server.database_url)) if dialect == "postgresql" else 0.0
+        return xacts, server.cpu_seconds(), await server.counters()
+
+    try:
+        await run(Phase(stop_at=time.monotonic() + warmup))
+        x0, cpu0, c0 = await sample()
+        phase = Phase(stop_at=time.monotonic() + seconds, record=True)
+        elapsed = await run(phase)
+        x1, cpu1, c1 = await sample()
+        for q in queues:
+            q.put_nowait(Phase())
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await responder.aclose()
+    n = max(phase.cycles, 1)
+
+    def per_cycle(name: str) -> float | None:
+        if name not in c0 or name not in c1:
+            return None
+        return round((c1[name] - c0[name]) / n, 2)
+
+    xacts = per_cycle("turnwise_db_transactions_total")
+    return {
+        "cycles": phase.cycles,
+        "cycles_per_s": round(phase.cycles / elapsed, 1),
+        "ask_p50_ms": ms(pct(phase.ask, 50)) if phase.ask else None,
+        "ask_p99_ms": ms(pct(phase.ask, 99)) if phase.ask else None,
+        "answered_p50_ms": ms(pct(phase.answered, 50)) if phase.answered else None,
+        "answered_p99_ms": ms(pct(phase.answered, 99)) if phase.answered else None,
+        "transactions_per_cycle": xacts,
+        # Cross-check only: PostgreSQL flushes an idle backend's statistics up to 10 s late.
+        "pg_stat_transactions_per_cycle": round((x1 - x0) / n, 2) if dialect == "postgresql" else None,
+        "statements_per_cycle": per_cycle("turnwise_db_statements_total"),
+        "of_which_pre_pings_per_cycle": per_cycle("pings"),
+        "cpu_ms_per_cycle": round((cpu1 - cpu0) * 1000 / n, 2),
+        "errors": len(phase.errors),
+        "error_samples": phase.errors[:3],
+    }
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+RUNS = (
+    # (label, server kind, dialect, workers)
+    ("floor pg", "floor", "postgresql", 1),
+    ("turnwise pg+redis", "turnwise", "postgresql", 1),
+    ("turnwise pg+redis 2 workers", "turnwise", "postgresql", 2),
+    ("turnwise sqlite", "turnwise", "sqlite", 1),
+)
+
+
+async def run_all(seconds: float, warmup: float, agent_counts: list[int]) -> dict[str, Any]:
+    results: dict[str, dict[int, dict[str, Any]]] = {}
+    only = os.environ.get("TURNWISE_CYCLE_ONLY", "")
+    for label, kind, dialect, workers in RUNS:
+        if only and only not in label:
+            continue
+        counts = [a for a in agent_counts if a == max(agent_counts)] if workers > 1 else agent_counts
+        for agents in counts:
+            async with serving(kind, dialect, workers) as server:
+                result = await measure(server, dialect, agents, seconds, warmup)
+            results.setdefault(label, {})[agents] = result
+            print(f"  {label:<28} {agents:>3} agents  {summary(result)}", flush=True)
+    return {"runs": results, "targets": targets(results, agent_counts)}
+
+
+def summary(r: dict[str, Any]) -> str:
+    return (
+        f"{r['cycles_per_s']:>7} cycles/s  ask p50/p99 {r['ask_p50_ms']}/{r['ask_p99_ms']} ms  "
+        f"respond->answered p50/p99 {r['answered_p50_ms']}/{r['answered_p99_ms']} ms  "
+        f"xact/cycle {r['transactions_per_cycle']} (pings {r['of_which_pre_pings_per_cycle']}, "
+        f"pg_stat {r['pg_stat_transactions_per_cycle']})  "
+        f"stmt/cycle {r['statements_per_cycle']}  "
+        f"cpu {r['cpu_ms_per_cycle']} ms/cycle  errors {r['errors']}"
+    )
+
+
+def targets(results: dict[str, dict[int, dict[str, Any]]], agent_counts: list[int]) -> list[dict[str, Any]]:
+    checks: list[dict[str, Any]] = []
+    if not {"floor pg", "turnwise pg+redis", "turnwise sqlite"} <= results.keys():
+        return checks  # a partial run (TURNWISE_CYCLE_ONLY) has nothing to compare
+    floor, pg, lite = results["floor pg"], results["turnwise pg+redis"], results["turnwise sqlite"]
+
+    def check(name: str, value: float | None, limit: float, *, at_most: bool = False) -> None:
+        met = value is not None and (value <= limit if at_most else value >= limit)
+        checks.append({"target": name, "value": value, "limit": limit, "met": met})
+
+    for agents in agent_counts:
+        ratio = pg[agents]["cycles_per_s"] / floor[agents]["cycles_per_s"]
+        check(f"PG cycles/s vs floor at {agents} agents >= 0.5x", round(ratio, 2), 0.5)
+        check(
+            f"PG transactions per cycle at {agents} agents <= 4",
+            pg[agents]["transactions_per_cycle"],
+            4,
+            at_most=True,
+        )
+    most = max(agent_counts)
+    p99 = pg[most]["answered_p99_ms"] / floor[most]["answered_p99_ms"]
+    check(f"PG respond->answered p99 vs floor at {most} agents <= 2x", round(p99, 2), 2, at_most=True)
+    least = min(agent_counts)
+    check(
+        f"SQLite cycles/s vs PG floor at {least} agent(s) >= 0.5x",
+        round(lite[least]["cycles_per_s"] / floor[least]["cycles_per_s"], 2),
+        0.5,
+    )
+    two = results.get("turnwise pg+redis 2 workers", {}).get(most)
+    if two:
+        checks.append(
+            {
+                "target": f"2 workers vs 1 at {most} agents (reported, no limit)",
+                "value": round(two["cycles_per_s"] / pg[most]["cycles_per_s"], 2),
+                "limit": None,
+                "met": None,
+            }
+        )
+    return checks
+
+
+def main() -> None:
+    seconds = float(os.environ.get("TURNWISE_CYCLE_SECONDS", "4"))
+    warmup = float(os.environ.get("TURNWISE_CYCLE_WARMUP", "1"))
+    agent_counts = [int(a) for a in os.environ.get("TURNWISE_CYCLE_AGENTS", "1,50").split(",")]
+    started = time.monotonic()
+    result = asyncio.run(run_all(seconds, warmup, agent_counts))
+    print("\n  ratios and targets:")
+    for c in result["targets"]:
+        verdict = "reported" if c["met"] is None else ("MET" if c["met"] else "NOT MET")
+        print(f"  {verdict:<9} {c['target']}: {c['value']}")
+    result["seconds"] = round(time.monotonic() - started, 1)
+    path = write_result("cycle", result)
+    print(f"  {result['seconds']} s in all; written to {path.name}")
+
+
+if __name__ == "__main__":
+    main()
