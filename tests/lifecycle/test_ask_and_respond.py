@@ -11,6 +11,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
+from backend.executors.scripted import ScriptedExecutor
 from backend.repository import clarifications as repo
 from backend.repository import locks
 from backend.services.resume import ResumeOutcome
@@ -201,6 +202,8 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
     db: Database,
 ) -> None:
     async with running(db) as svc:
+        # An executor that explicitly refuses (S16); with no agent at all the answer would be queued.
+        svc.orchestrator.executor = ScriptedExecutor(["rejected"])
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()

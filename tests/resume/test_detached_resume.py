@@ -55,14 +55,11 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
         await agent.close()
 
 
-@pytest.mark.parametrize("refusal", ["rejected", "no-runner"])
 async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_delivers_exactly_once(
-    db: Database, refusal: str
+    db: Database,
 ) -> None:
+    # The prompt channel with no runner queues the answer instead (tests/resume/test_inbox.py).
     async with resuming(db, ["rejected", "accepted"]) as (svc, executor):
-        if refusal == "no-runner":
-            # The prompt channel with no runner holding agentPrompts: a synchronous rejection.
-            svc.orchestrator.executor = svc.prompts
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         before = await turn_rows(db, session_id)
