@@ -1,4 +1,4 @@
-"""The Starlette application: lifespan (migrate, epoch, recovery, bus), health, GraphQL, web app."""
+"""The Starlette application: lifespan (migrate, epoch, recovery, bus), health, GraphQL, MCP, web app."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 from backend import faults
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
+from backend.api.mcp import McpEndpoint
 from backend.api.schema import build_schema
 from backend.api.web import web_routes
 from backend.config import Settings
@@ -89,7 +90,8 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
                 await step(services)
             runtime.ready = True
             log.info("turnwise ready", extra={"epoch": runtime.epoch})
-            yield
+            async with mcp.session_manager.run():
+                yield
         finally:
             runtime.ready = False
             for stop in reversed(runtime.shutdown_steps):
@@ -117,9 +119,11 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
         return JSONResponse({"status": "ready", "epoch": runtime.epoch})
 
+    authenticator = Authenticator(settings.bootstrap_token, services.access)
+    mcp = McpEndpoint(services, authenticator)
     view = GraphQLView(
         services,
-        Authenticator(settings.bootstrap_token, services.access),
+        authenticator,
         schema=build_schema(max_depth=settings.max_query_depth, max_bytes=settings.max_query_bytes),
         graphql_ide="graphiql",
         allowed_origins=settings.allowed_origins,
@@ -132,6 +136,7 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             Route("/readyz", readyz),
             Route("/graphql", view, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", view),
+            Route("/mcp", mcp),
             *web_routes(),
         ],
         lifespan=lifespan,

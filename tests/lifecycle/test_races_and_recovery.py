@@ -97,7 +97,8 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
             if not result.queued:
                 assert isinstance(await agent.outcome(), lc.Answered)
             else:  # the detach came first and no agent holds the channel: the answer waits in the inbox
-                assert stored[0]["response_queued"] is True and stored[0]["agent_disconnected"] is True
+                assert stored[0]["response_queued"] is True
+                assert stored[0]["agent_disconnected"] is True
                 assert isinstance(await agent.outcome(), lc.Detached | lc.Closed)
             # Only rows the detach really changed were published as detached.
             assert detached in (0, 1)
@@ -176,10 +177,12 @@ async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_on
         assert after[0] == before_q1 and after[1]["status"] == "pending"
         agent.wait()
         ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False)
-        assert isinstance(ok, lc.Responded) and ok.queued  # detached now, no agent connected: queued
+        assert isinstance(ok, lc.Responded)
+        assert ok.queued  # detached now, no agent connected: queued
         stored = await rows(db, agent.pending_id)
         assert stored[0] == before_q1, "the terminal sibling is never touched"
-        assert stored[1]["status"] == "answered" and stored[1]["response_queued"] is True
+        assert stored[1]["status"] == "answered"
+        assert stored[1]["response_queued"] is True
         await agent.close()
 
 
