@@ -1,0 +1,7 @@
+"""The Python agent client: `Agent` (ask, prompts, post_message, complete_turn) on one
+graphql-transport-ws implementation (`GraphQLTransport`)."""
+
+from backend.client.agent import Agent, AskResult, Prompt
+from backend.client.transport import GraphQLRequestError, GraphQLTransport
+
+__all__ = ["Agent", "AskResult", "GraphQLRequestError", "GraphQLTransport", "Prompt"]
