@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
+from backend.faults import CRASH_EXIT_CODE
 from tests.api.client import Client
 from tests.api.gql import MESSAGES, START, running_session, token_for
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
@@ -24,6 +26,7 @@ RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!, $r: Boolean!) {
     ... on ClarificationDeliveryFailed { retryable message } } }"""
 ACTIVE = "query($t: ID!) { taskSessions(taskId: $t) { id activeClarification { pendingId state } } }"
 CLARIFICATION = "query($p: ID!) { clarification(pendingId: $p) { state } }"
+TURNS = "query($s: ID!) { sessionTurns(sessionId: $s) { id } }"
 AGENT_PROMPTS = "subscription($s: ID!) { agentPrompts(sessionId: $s) { turnId generation prompt } }"
 QUESTION = {
     "question": "Which database should we use?",
@@ -286,17 +289,24 @@ async def test_an_admin_token_asks_in_the_session_it_names(server: Server, admin
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def own_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    """A server of its own, to kill."""
+def own_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database for servers of the test's own, to kill."""
     if request.param == "postgresql":
         request.getfixturevalue("pg_url")
     url = fresh_database(request.param)
-    srv = Server(url).start()
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture
+def own_server(own_database: str) -> Iterator[Server]:
+    srv = Server(own_database).start()
     try:
         yield srv
     finally:
         srv.stop()
-        drop_database(url)
 
 
 async def test_a_crash_between_queueing_and_delivery_loses_nothing_and_delivers_once(
@@ -319,3 +329,99 @@ async def test_a_crash_between_queueing_and_delivery_loses_nothing_and_delivers_
     assert first["status"] == "answered"
     assert first["answers"][0]["selected"] == ["PostgreSQL"]
     assert again["status"] == "delivered"
+
+
+async def test_a_crash_right_after_the_queue_commit_still_delivers_once_after_restart(
+    own_database: str,
+) -> None:
+    crashing = Server(own_database, env={"TURNWISE_FAULT_POINTS": "inbox.after_queue"}).start()
+    try:
+        admin = Client(crashing.base_url, ADMIN_TOKEN)
+        try:
+            _, session_id, token = await agent_session(admin, "mcp crash after queue")
+            async with mcp_session(crashing.base_url, token) as mcp:
+                pending_id = await ask_detached(mcp)
+            with pytest.raises(httpx.HTTPError):
+                await respond(admin, pending_id, PICK_POSTGRES)  # the process dies under the request
+        finally:
+            await admin.aclose()
+        assert crashing.proc is not None
+        assert crashing.proc.wait(timeout=10) == CRASH_EXIT_CODE
+    finally:
+        crashing.kill()
+    with Server(own_database) as srv:
+        admin = Client(srv.base_url, ADMIN_TOKEN)
+        try:
+            seen = (await admin.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+            assert seen["state"] == "TERMINAL", "the answer was kept, not restored"
+            async with mcp_session(srv.base_url, token) as mcp:
+                first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+                again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+            # The successor's start event was replayed at startup: it is the current, visible turn.
+            turns = (await admin.execute(TURNS, {"s": session_id}))["sessionTurns"]
+        finally:
+            await admin.aclose()
+    assert first["status"] == "answered"
+    assert first["answers"][0]["custom_text"] == "with backups"
+    assert again["status"] == "delivered"
+    assert len(turns) == 2
+
+
+async def test_a_dropped_connection_detaches_the_question(server: Server, admin: Client) -> None:
+    task_id, _, token = await agent_session(admin, "mcp dropped")
+
+    async def ask_and_hang() -> None:
+        async with mcp_session(server.base_url, token) as mcp:
+            await mcp.call_tool("ask_user_question", {"questions": [QUESTION]})
+
+    call = asyncio.create_task(ask_and_hang())
+    pending_id = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await wait_for_state(admin, task_id, "ACTIVE_DETACHED") == pending_id
+
+
+def _sse_json(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a Streamable HTTP response (an SSE event or a JSON body)."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return dict(response.json())
+    data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+    assert data, response.text
+    return dict(json.loads(data[-1]))
+
+
+async def test_a_client_speaking_the_2025_06_18_protocol_asks_with_plain_json_rpc(
+    server: Server, admin: Client
+) -> None:
+    _, _, token = await agent_session(admin, "mcp 2025-06")
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "plain", "version": "1"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "ask_user_question",
+            "arguments": {"questions": [QUESTION], "timeout_seconds": 0.1},
+        },
+    }
+    async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as http:
+        hello = _sse_json(await http.post("/mcp", json=init))
+        assert hello["result"]["protocolVersion"] == "2025-06-18"
+        done = _sse_json(await http.post("/mcp", json=call))
+    assert done["result"]["isError"] is False
+    assert done["result"]["structuredContent"]["status"] == "detached"
