@@ -270,7 +270,8 @@ def card(
     if detached:
         parts.append(
             '<p class="card-detached" data-testid="clarification-detached">The agent stopped waiting '
-            "for this answer. It gets your answer when you submit it: at once, or when it comes back.</p>"
+            "for this answer. It is resumed with your answer when you submit it, at once or "
+            "when it comes back.</p>"
         )
     for question in questions:
         question_id = question.get("questionId") or ""
