@@ -2,6 +2,21 @@
 graphql-transport-ws implementation (`GraphQLTransport`)."""
 
 from backend.client.agent import Agent, AskResult, Prompt
-from backend.client.transport import GraphQLRequestError, GraphQLTransport
+from backend.client.transport import (
+    Connection,
+    ConnectionRefused,
+    GraphQLRequestError,
+    GraphQLTransport,
+    Subscription,
+)
 
-__all__ = ["Agent", "AskResult", "GraphQLRequestError", "GraphQLTransport", "Prompt"]
+__all__ = [
+    "Agent",
+    "AskResult",
+    "Connection",
+    "ConnectionRefused",
+    "GraphQLRequestError",
+    "GraphQLTransport",
+    "Prompt",
+    "Subscription",
+]

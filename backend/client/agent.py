@@ -19,7 +19,7 @@ from typing import Any
 
 from websockets.exceptions import WebSocketException
 
-from backend.client.transport import GraphQLRequestError, GraphQLTransport
+from backend.client.transport import ConnectionRefused, GraphQLRequestError, GraphQLTransport
 
 log = logging.getLogger("turnwise.client")
 
@@ -109,7 +109,7 @@ class Agent:
                             return AskResult(
                                 status, str(outcome["pendingId"]), list(outcome.get("answers") or [])
                             )
-            except GraphQLRequestError:
+            except (GraphQLRequestError, ConnectionRefused):
                 raise
             except LOST:
                 log.warning("ask connection lost; asking again", exc_info=True)
@@ -126,7 +126,7 @@ class Agent:
                         yield Prompt(
                             self, str(p["sessionId"]), str(p["turnId"]), str(p["generation"]), p["prompt"]
                         )
-            except GraphQLRequestError:
+            except (GraphQLRequestError, ConnectionRefused):
                 raise
             except LOST:
                 log.warning("prompt channel lost; reconnecting", exc_info=True)
