@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -85,8 +85,11 @@ class Subscription:
 
 
 class Connection:
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: ClientConnection, on_result: Callable[[str], None] | None = None) -> None:
         self.ws = ws
+        # When set, results are counted here (by subscription id) instead of queued: for listeners
+        # that only need to know that something arrived (fan-out measurements).
+        self.on_result = on_result
         self.subscriptions: dict[str, Subscription] = {}
         self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
@@ -101,6 +104,7 @@ class Connection:
         headers: Mapping[str, str] | None = None,
         max_queue: int | None = 16,
         ack_seconds: float = 10.0,
+        on_result: Callable[[str], None] | None = None,
     ) -> Connection:
         """Connect and initialize; `params` replaces the default `{"token": token}` payload."""
         ws = await websockets.connect(
@@ -118,7 +122,7 @@ class Connection:
         except BaseException:
             await ws.close()
             raise
-        connection = cls(ws)
+        connection = cls(ws, on_result)
         connection._reader = asyncio.create_task(connection._read())
         return connection
 
@@ -132,6 +136,9 @@ class Connection:
                     continue
                 sub = self.subscriptions.get(str(message.get("id")))
                 if sub is None:
+                    continue
+                if kind == "next" and self.on_result is not None:
+                    self.on_result(sub.id)
                     continue
                 sub._inbox.put_nowait(message)
                 if kind in ("error", "complete"):
