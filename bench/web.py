@@ -74,10 +74,14 @@ async def _gql(http: httpx.AsyncClient, query: str, variables: dict[str, Any]) -
 
 
 async def _ask_and_detach(base: str, session_id: str) -> None:
-    async with GraphQLTransport(base, TOKEN).subscribe(ASK, {"s": session_id}) as results:
-        async for data in results:  # asked, then detached after the short wait
-            if data["askClarification"]["__typename"] == "ClarificationDetached":
-                return
+    transport = GraphQLTransport(base, TOKEN)
+    try:
+        async with transport.subscribe(ASK, {"s": session_id}) as results:
+            async for data in results:  # asked, then detached after the short wait
+                if data["askClarification"]["__typename"] == "ClarificationDetached":
+                    return
+    finally:
+        await transport.aclose()
 
 
 async def _seed(base: str) -> list[str]:
