@@ -29,7 +29,7 @@ from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.hygiene import PROBLEM, storable
 from backend.domain import lifecycle as lc
-from backend.domain.errors import InvalidInput, NotFound, TurnwiseError, Unauthenticated
+from backend.domain.errors import Forbidden, InvalidInput, NotFound, TurnwiseError, Unauthenticated
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus
 from backend.services.container import Services
@@ -320,9 +320,14 @@ class McpEndpoint:
             raise InvalidInput("session_id", "is required with a user or admin token")
         try:
             session = await self.services.reads.session(session_id)
+        except NotFound:
+            raise InvalidInput("session_id", f"session {session_id!r} not found") from None
+        try:
             require_session_agent(principal, session.id, session.task_id)
         except NotFound:
             raise InvalidInput("session_id", f"session {session_id!r} not found") from None
+        except Forbidden as exc:
+            raise InvalidInput("session_id", str(exc)) from None
         return session.id
 
     async def ask_user_question(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:

@@ -16,7 +16,7 @@ from mcp.types import CallToolResult
 
 from backend.faults import CRASH_EXIT_CODE
 from tests.api.client import Client
-from tests.api.gql import MESSAGES, START, running_session, token_for
+from tests.api.gql import GRANT, MESSAGES, START, running_session, token_for
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
 
 RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!, $r: Boolean!) {
@@ -444,3 +444,18 @@ async def test_a_client_speaking_the_2025_06_18_protocol_asks_with_plain_json_rp
         done = _sse_json(await http.post("/mcp", json=call))
     assert done["result"]["isError"] is False
     assert done["result"]["structuredContent"]["status"] == "detached"
+
+
+async def test_a_user_token_may_read_the_task_but_not_ask_in_its_session(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id = await running_session(admin, title="mcp user")
+    user_id, token = await token_for(admin, "user", name="mcp-user")
+    await admin.execute(GRANT, {"u": user_id, "t": task_id})
+    before = await message_count(admin, session_id)
+    async with mcp_session(server.base_url, token) as mcp:
+        text = error_text(
+            await mcp.call_tool("ask_user_question", {"questions": [QUESTION], "session_id": session_id})
+        )
+    assert text.startswith("session_id:")
+    assert await message_count(admin, session_id) == before
