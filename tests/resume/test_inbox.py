@@ -19,7 +19,8 @@ from backend.executors.scripted import ScriptedExecutor
 from backend.repository import runners, turns
 from backend.services.container import Services
 from backend.services.prompt_channel import prompts_channel
-from tests.lifecycle.support import new_session, questions, recording, rows, yes
+from backend.services.watchdog import Watch
+from tests.lifecycle.support import Agent, new_session, questions, recording, rows, yes
 from tests.resume.support import detached_question, eventually, resuming, turn_rows
 
 
@@ -191,4 +192,25 @@ async def test_an_executor_that_explicitly_refuses_keeps_the_answer_retryable(db
         bundle = await svc.clarifications.bundle(agent.pending_id)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
+        await agent.close()
+
+
+async def test_the_watchdog_leaves_the_turn_of_an_agent_without_a_channel_alone(db: Database) -> None:
+    async with resuming(db, watchdog_seconds=0.1) as (svc, _):
+        svc.orchestrator.executor = svc.prompts  # an MCP agent: no runner holds the channel
+        watches: list[Watch] = []
+        svc.clarifications.primary_answer_notifier = lambda claim: watches.append(svc.watchdogs.armed(claim))
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id)
+        agent.wait()
+        result = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False)
+        assert isinstance(result, lc.Responded)
+        assert isinstance(await agent.outcome(), lc.Answered)
+        (watch,) = watches
+        await asyncio.wait_for(watch.done.wait(), 10)
+        assert watch.outcome == "skipped:no runner"
+        stored = {t["id"]: t for t in await turn_rows(db, session_id)}
+        assert stored[agent.bundle.turn_id]["completed"] is False  # type: ignore[union-attr]
+        async with db.read() as conn:
+            assert await turns.current_turn(conn, session_id) == agent.bundle.turn_id  # type: ignore[union-attr]
         await agent.close()
