@@ -55,7 +55,7 @@ class Services:
         # Reservations are reconciled first, before delivery intents (spec recovery order).
         recovery.reservation_steps.append(recover_reservations)
         recovery.owned_by_reservation = resume_recovery.owns
-        inbox = Inbox(deps, orchestrator)
+        inbox = Inbox(deps, orchestrator, waiters)
 
         async def recover_inbox() -> None:
             await inbox.recover()

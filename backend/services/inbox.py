@@ -21,19 +21,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from backend import faults
+from backend.db.engine import utcnow
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import clarifications as clarification_repo
 from backend.repository import inbox as repo
-from backend.repository import locks, reservations, runners, tasks, turns
+from backend.repository import instances, locks, reservations, runners, tasks, turns
 from backend.repository.inbox import InboxItem
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.orchestrator import Orchestrator
 from backend.services.prompt_channel import PromptChannel, prompts_channel
 from backend.services.resume import ResumeOutcome
+from backend.services.waiters import WaiterHub
 
 log = logging.getLogger("turnwise.inbox")
 
@@ -74,6 +76,8 @@ def rendered_answers(rows: Sequence[dict[str, Any]], answers: Sequence[Answer]) 
 class Inbox:
     deps: Deps
     orchestrator: Orchestrator
+    # Decides which server processes are gone (the rule orphaned waiters use), for runner leases.
+    hub: WaiterHub | None = None
 
     async def resume(self, claim: Claim) -> ResumeOutcome:
         # Only the prompt channel can tell "nobody is connected"; a webhook or scripted executor decides
@@ -178,9 +182,24 @@ class Inbox:
             return await repo.acknowledge(conn, turn_id)
 
     async def recover(self) -> int:
-        """Startup: close the items a newer turn superseded while no process was running, and drop
-        their rows' waiting flag. One transaction."""
+        """Startup: drop the prompt-channel leases of processes that are gone (a runner connected to
+        a crashed process would otherwise count as connected until its lease ran out, and a late
+        answer would be dispatched to nobody instead of queued); close the items a newer turn
+        superseded while no process was running, and drop their rows' waiting flag."""
         async with self.deps.db.write() as conn:
+            if self.hub is not None:
+                holders = await runners.holding_instances(conn)
+                beats = await instances.heartbeats(conn, holders)
+                now = utcnow()
+                gone = [
+                    i
+                    for i in holders
+                    if i != self.hub.instance_id
+                    and (not self.hub.shared_bus or i not in beats or now - beats[i] >= self.hub.stale_after)
+                ]
+                released = await runners.release_instances(conn, gone)
+                if released:
+                    log.info("runner leases released", extra={"event": "inbox.leases", "released": released})
             closed = await repo.close_stale(conn)
             by_session: dict[str, list[str]] = {}
             for session_id, pending_id in closed:
