@@ -88,12 +88,16 @@ def create_app(settings: Settings, *, auto_migrate: bool = True) -> Starlette:
             # Recovery runs before the server admits traffic; an error stops startup.
             for step in runtime.startup_steps:
                 await step(services)
+            await mcp.start()
             runtime.ready = True
             log.info("turnwise ready", extra={"epoch": runtime.epoch})
-            async with mcp.session_manager.run():
-                yield
+            yield
         finally:
             runtime.ready = False
+            try:
+                await mcp.stop()
+            except Exception:
+                log.exception("mcp endpoint stop failed")
             for stop in reversed(runtime.shutdown_steps):
                 try:
                     await stop(services)

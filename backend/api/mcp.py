@@ -266,6 +266,32 @@ class McpEndpoint:
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
         self.server.call_tool(validate_input=False)(self._call_tool)
         self.session_manager = StreamableHTTPSessionManager(app=self.server, stateless=True)
+        self._stop = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Run the session manager in a task of its own (its task group must be entered and left by
+        one task, whichever tasks run the app's lifespan); returns once it accepts requests."""
+        started = asyncio.Event()
+
+        async def run() -> None:
+            async with self.session_manager.run():
+                started.set()
+                await self._stop.wait()
+
+        self._running = asyncio.create_task(run())
+        ready = asyncio.create_task(started.wait())
+        await asyncio.wait({self._running, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._running.done():
+            await self._running  # raises what stopped it
+
+    async def stop(self) -> None:
+        if self._running is None:
+            return
+        self._stop.set()
+        await self._running
+        self._running = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
