@@ -139,6 +139,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         "\nTurnwise demo\n"
         f"  web app:   {base}/#token={settings.bootstrap_token}\n"
         f"  GraphiQL:  {base}/graphql  (header: Authorization: Bearer {settings.bootstrap_token})\n"
+        f"  MCP:       {base}/mcp  (same header; see the README, How an agent connects)\n"
         f"  token:     {settings.bootstrap_token}\n"
         f"  database:  {settings.database_url}\n",
         flush=True,

@@ -3,7 +3,6 @@ activating a pending task until its question is visible."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import websockets
 
+from backend.client import GraphQLTransport
 from bench.common import median, pct, run, write_result
 
 TASKS = 200
@@ -75,23 +74,14 @@ async def _gql(http: httpx.AsyncClient, query: str, variables: dict[str, Any]) -
 
 
 async def _ask_and_detach(base: str, session_id: str) -> None:
-    async with websockets.connect(
-        base.replace("http", "ws", 1) + "/graphql",
-        subprotocols=[websockets.Subprotocol("graphql-transport-ws")],
-    ) as ws:
-        await ws.send(json.dumps({"type": "connection_init", "payload": {"token": TOKEN}}))
-        await ws.recv()
-        await ws.send(
-            json.dumps(
-                {"id": "1", "type": "subscribe", "payload": {"query": ASK, "variables": {"s": session_id}}}
-            )
-        )
-        while True:  # asked, then detached after the short wait
-            message = json.loads(await ws.recv())
-            if message["type"] == "next" and message["payload"]["data"]["askClarification"]["__typename"] == (
-                "ClarificationDetached"
-            ):
-                return
+    transport = GraphQLTransport(base, TOKEN)
+    try:
+        async with transport.subscribe(ASK, {"s": session_id}) as results:
+            async for data in results:  # asked, then detached after the short wait
+                if data["askClarification"]["__typename"] == "ClarificationDetached":
+                    return
+    finally:
+        await transport.aclose()
 
 
 async def _seed(base: str) -> list[str]:

@@ -60,4 +60,7 @@ class AgentMutations:
             raise NotFound("turn", str(turn_id)) from None
         # An acknowledgement publishes no event, yet it is agent activity for the watchdog.
         info.context.services.watchdogs.note_activity(turn.session_id, "acknowledgePrompt")
-        return await info.context.services.prompts.acknowledge(str(turn_id), accepted)
+        if await info.context.services.prompts.acknowledge(str(turn_id), accepted):
+            return True
+        # A prompt taken from the session's inbox was already delivered; this records the agent's word.
+        return await info.context.services.inbox.acknowledge(str(turn_id))

@@ -1,4 +1,4 @@
-"""The Starlette application: lifespan (migrate, epoch, startup sequence), health, GraphQL, web app."""
+"""The Starlette application: lifespan (migrate, epoch, startup sequence), health, GraphQL, MCP, web app."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 from backend import faults, metrics
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
+from backend.api.mcp import McpEndpoint
 from backend.api.schema import build_schema
 from backend.api.web import web_routes
 from backend.config import Settings
@@ -78,6 +79,7 @@ def create_app(
             await bus.connect()
             # The whole order lives in backend/services/startup.py; a failing step stops startup.
             await startup.start(services, then=after_start)
+            await mcp.start()
         except Exception as exc:
             runtime.failure = str(exc)
             await bus.disconnect()
@@ -89,6 +91,10 @@ def create_app(
             yield
         finally:
             runtime.ready = False
+            try:
+                await mcp.stop()
+            except Exception:
+                log.exception("mcp endpoint stop failed")
             await startup.stop(services)
             await bus.disconnect()
             await db.dispose()
@@ -116,9 +122,11 @@ def create_app(
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
+    authenticator = Authenticator(settings.bootstrap_token, services.access)
+    mcp = McpEndpoint(services, authenticator)
     view = GraphQLView(
         services,
-        Authenticator(settings.bootstrap_token, services.access),
+        authenticator,
         schema=build_schema(max_depth=settings.max_query_depth, max_bytes=settings.max_query_bytes),
         graphql_ide="graphiql",
         allowed_origins=settings.allowed_origins,
@@ -132,6 +140,7 @@ def create_app(
             Route("/metrics", metrics_page),
             Route("/graphql", view, methods=["GET", "POST"]),
             WebSocketRoute("/graphql", view),
+            Route("/mcp", mcp),
             *web_routes(),
         ],
         lifespan=lifespan,

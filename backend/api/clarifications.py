@@ -136,6 +136,11 @@ def _outcome(o: lc.WaitOutcome) -> Any:
 class ClarificationResponded:
     bundle: ClarificationBundle
     resumed: bool
+    queued: bool = strawberry.field(
+        default=False,
+        description="No agent was connected: the answer waits in the session's inbox and reaches the "
+        "agent exactly once when it comes back (agentPrompts, or MCP wait_for_answer).",
+    )
 
 
 @strawberry.type
@@ -195,7 +200,9 @@ def _count_outcome(o: lc.WaitOutcome) -> None:
 def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
     _count_respond(r)
     if isinstance(r, lc.Responded):
-        return ClarificationResponded(bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed)
+        return ClarificationResponded(
+            bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed, queued=r.queued
+        )
     if isinstance(r, lc.Conflict):
         return ClarificationConflict(
             pending_id=strawberry.ID(r.pending_id),

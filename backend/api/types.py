@@ -116,6 +116,11 @@ class ClarificationQuestion:
     status: ClarificationStatus
     agent_disconnected: bool
     response: ClarificationResponse | None
+    answer_queued: bool = strawberry.field(
+        default=False,
+        description="Answered while no agent was connected: the answer waits in the session's inbox "
+        "until the agent comes back and takes it (exactly once).",
+    )
 
     @classmethod
     def of(cls, q: cq.QuestionView) -> ClarificationQuestion:
@@ -135,6 +140,7 @@ class ClarificationQuestion:
             multi_select=q.multi_select,
             status=status,
             agent_disconnected=q.agent_disconnected,
+            answer_queued=q.answer_queued,
             response=None
             if q.response is None
             else ClarificationResponse(

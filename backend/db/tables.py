@@ -146,6 +146,29 @@ agent_runners = Table(
     Index("ix_agent_runners_session", "session_id", "expires_at"),
 )
 
+# Resume prompts of answers given while no agent held the session's prompt channel: written in the
+# transaction that settles the claim, taken (delivered_at) at most once by agentPrompts or
+# wait_for_answer, and only while `turn_id` (the successor the answer opened) is the current turn.
+session_inbox = Table(
+    "session_inbox",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("turn_id", ID, nullable=False),
+    Column("source_turn_id", ID, nullable=False),
+    Column("pending_id", ID, nullable=False),
+    Column("claim_id", ID, nullable=False),
+    Column("prompt", Text, nullable=False),
+    Column("answers", JSONDoc, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("delivered_at", UTCDateTime, nullable=True),
+    Column("delivered_via", String(32), nullable=True),
+    Column("acked_at", UTCDateTime, nullable=True),
+    Column("closed_at", UTCDateTime, nullable=True),
+    Index("ix_session_inbox_session", "session_id", "created_at"),
+    Index("ix_session_inbox_pending", "pending_id"),
+)
+
 meta = Table(
     "turnwise_meta",
     metadata,

@@ -62,6 +62,8 @@ class QuestionView:
     agent_disconnected: bool
     response: ResponseView | None
     context: str | None
+    # Answered while no agent was connected: the answer waits in the session's inbox.
+    answer_queued: bool = False
 
 
 def _str(value: Any) -> str | None:
@@ -94,4 +96,5 @@ def question_view(metadata: dict[str, Any]) -> QuestionView | None:
         agent_disconnected=flag(metadata.get("agent_disconnected")),
         response=response_view,
         context=_str(metadata.get("context")),
+        answer_queued=flag(metadata.get("response_queued")),
     )

@@ -391,6 +391,8 @@ WaitOutcome = Asked | Answered | Rejected | Detached | Closed
 class Responded:
     bundle: Bundle
     resumed: bool
+    # The answer waits in the session's durable inbox for an agent that is not connected.
+    queued: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,3 +50,16 @@ async def live_holder(conn: AsyncConnection, session_id: str) -> str | None:
         )
     ).first()
     return None if row is None else str(row.id)
+
+
+async def holding_instances(conn: AsyncConnection) -> list[str]:
+    """The server processes that hold any prompt channel lease (expired ones included)."""
+    return [str(r.instance_id) for r in await conn.execute(select(R.c.instance_id).distinct())]
+
+
+async def release_instances(conn: AsyncConnection, instance_ids: list[str]) -> int:
+    """Drop every lease held through these (gone) processes: their runners are disconnected."""
+    if not instance_ids:
+        return 0
+    result = await conn.execute(delete(R).where(R.c.instance_id.in_(instance_ids)))
+    return int(result.rowcount)

@@ -509,7 +509,7 @@ class Clarifications:
                 "clarification resumed", extra={"event": "clarification.resumed", "claim_id": claim.claim_id}
             )
             await self._publish(claim.task_id, claim.session_id, "message.updated", claim.message_ids)
-            return Responded(_finalized(after, claim), resumed=True)
+            return Responded(_finalized(after, claim), resumed=not outcome.queued, queued=outcome.queued)
         if outcome.retryable:
             return await self._recover_claim(
                 claim, after, outcome.message or "the agent could not be resumed"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backend.executors.base import PromptRequest
+from backend.repository import tasks
 from backend.services.access import Access
 from backend.services.clarifications import Clarifications
 from backend.services.context import Deps
+from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator, executor_for
@@ -34,6 +37,7 @@ class Services:
     orchestrator: Orchestrator
     watchdogs: Watchdogs
     resume_recovery: ReservationRecovery
+    inbox: Inbox
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -44,6 +48,20 @@ class Services:
         watchdogs = Watchdogs(deps, orchestrator)
         resume_recovery = ReservationRecovery(deps, orchestrator)
         recovery = Recovery(deps, waiters, resume_recovery)
+        inbox = Inbox(deps, orchestrator, waiters)
+
+        async def take_inbox(session_id: str) -> list[PromptRequest]:
+            items = await inbox.take(session_id, via="agentPrompts")
+            if not items:
+                return []
+            async with deps.db.read() as conn:
+                task_id = (await tasks.get_session(conn, session_id)).task_id
+            return [
+                PromptRequest(session_id, task_id, i.turn_id, i.turn_id, i.prompt, i.pending_id)
+                for i in items
+            ]
+
+        prompts.take_inbox = take_inbox
         return cls(
             deps=deps,
             operations=Operations(deps, reservations=orchestrator),
@@ -56,7 +74,7 @@ class Services:
             clarifications=Clarifications(
                 deps,
                 waiters,
-                resumer=orchestrator,
+                resumer=inbox,
                 refresh_summaries=summaries.refresh,
                 primary_answer_notifier=watchdogs.arm,
             ),
@@ -64,4 +82,5 @@ class Services:
             orchestrator=orchestrator,
             watchdogs=watchdogs,
             resume_recovery=resume_recovery,
+            inbox=inbox,
         )

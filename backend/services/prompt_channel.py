@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -43,6 +43,9 @@ class PromptChannel:
     def __init__(self, deps: Deps, *, lease_seconds: float = 15.0) -> None:
         self.deps = deps
         self.lease = lease_seconds
+        # Takes the session's undelivered inbox items (late answers queued while nobody held the
+        # channel); the holder gets them before anything else, and again on each inbox nudge.
+        self.take_inbox: Callable[[str], Awaitable[list[PromptRequest]]] | None = None
 
     @contextlib.asynccontextmanager
     async def hold(self, session_id: str) -> AsyncIterator[AsyncIterator[PromptRequest]]:
@@ -61,7 +64,7 @@ class PromptChannel:
             lost = asyncio.Event()
             renewer = asyncio.create_task(self._renew(runner_id, lost))
             try:
-                yield self._dispatches(events, runner_id, lost)
+                yield self._dispatches(events, runner_id, lost, session_id)
             finally:
                 renewer.cancel()
                 try:
@@ -76,11 +79,19 @@ class PromptChannel:
                 )
 
     async def _dispatches(
-        self, events: AsyncIterator[dict[str, Any]], runner_id: str, lost: asyncio.Event
+        self, events: AsyncIterator[dict[str, Any]], runner_id: str, lost: asyncio.Event, session_id: str
     ) -> AsyncIterator[PromptRequest]:
+        if self.take_inbox is not None:
+            for queued in await self.take_inbox(session_id):
+                yield queued
         async for event in events:
             if lost.is_set():
                 return
+            if event.get("inbox"):
+                if self.take_inbox is not None:
+                    for queued in await self.take_inbox(session_id):
+                        yield queued
+                continue
             if event.get("runner_id") != runner_id:
                 continue  # addressed to an earlier or later holder of this session
             yield PromptRequest(**event["request"])

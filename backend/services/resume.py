@@ -18,6 +18,10 @@ The outcome tells the service what happened and who owns the rows from now on:
   has retired the intent of exactly `message_ids` (`clarifications.settle_claim` with `claim_id`) in
   the same transaction, or its reservation recovery owns it. The service publishes the terminal rows
   and returns `ClarificationResponded(resumed=True)`.
+- `accepted=True, queued=True`: no agent was connected; the resume prompt was written durably to the
+  session's inbox together with the successor turn, and the intent retired in that transaction
+  (`backend/services/inbox.py`). The service returns `ClarificationResponded(resumed=False,
+  queued=True)`.
 - `accepted=False, retryable=True`: dispatch is known NOT to have reached the agent and any
   reservation was rolled back. The service restores exactly the claim (only while its turn is
   current and the session live), refreshes summaries, publishes, and returns a retryable failure.
@@ -44,6 +48,8 @@ class ResumeOutcome:
     accepted: bool
     retryable: bool
     message: str = ""
+    # Accepted into the session's durable inbox (no agent was connected): delivered when it returns.
+    queued: bool = False
 
 
 class Resumer(Protocol):

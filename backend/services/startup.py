@@ -2,6 +2,7 @@
 
 1. prompt reservations        (`ReservationRecovery.recover_reservations`)
 2. response-delivery intents  (`Recovery.recover_delivery_intents`), then orphaned waiters
+   then the inbox (`Inbox.recover`: leases of gone processes, items a newer turn superseded)
 3. start-event outbox replay  (`ReservationRecovery.replay_outbox`)
 4. summaries of the tasks recovery touched (nothing listened to its events yet)
 5. the live hub: bus subscriber and summary projector
@@ -41,6 +42,9 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
     async def recover() -> None:
         touched.update(await services.recovery.run())
 
+    async def inbox() -> None:
+        await services.inbox.recover()
+
     async def replay() -> None:
         await services.resume_recovery.replay_outbox()
         touched.update(services.resume_recovery.touched_tasks)
@@ -51,6 +55,7 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
 
     steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
         ("reservations and delivery intents", recover),
+        ("inbox", inbox),
         ("outbox replay", replay),
         ("summaries", summaries),
         ("live hub", services.live.start),

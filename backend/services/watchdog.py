@@ -23,10 +23,11 @@ from backend.db.engine import utcnow
 from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.events import TASK_CHANNEL
-from backend.repository import reservations, tasks, turns
+from backend.repository import reservations, runners, tasks, turns
 from backend.services.background import stop_tasks
 from backend.services.context import Deps
 from backend.services.orchestrator import Orchestrator, TurnSnapshot
+from backend.services.prompt_channel import PromptChannel
 
 log = logging.getLogger("turnwise.watchdog")
 
@@ -215,4 +216,10 @@ class Watchdogs:
                 return "superseded"
             if await reservations.agent_activity_since(conn, claim.session_id, watch.armed_at):
                 return "agent active"
+            # An agent that holds no prompt channel (an MCP client between tool calls) cannot be sent
+            # the answer again; cancelling its turn would only take the turn away from it.
+            if isinstance(self.orchestrator.executor, PromptChannel) and (
+                await runners.live_holder(conn, claim.session_id) is None
+            ):
+                return "no runner"
         return ""

@@ -500,6 +500,8 @@ class App:
             # A responded bundle is terminal: it can never become active again, so the card stays
             # closed even before the session's events catch up.
             self.resolved.add(pending_id)
+            if result.get("queued"):
+                self.notice = ("QUEUED", None)
         elif kind == "ClarificationConflict":
             self.resolved.add(pending_id)
             self.notice = (result.get("reason"), result.get("winner"))
@@ -637,6 +639,8 @@ class App:
         if self.notice is None:
             return ""
         reason, bundle = self.notice
+        if reason == "QUEUED":
+            return view.queued_notice()
         if reason == "FAILED":
             return (
                 '<div class="notice" role="status" data-testid="clarification-conflict"><p>The answer was '

@@ -5,7 +5,7 @@ pendingActionRevision { epoch sequence }"""
 
 SUMMARY_FIELDS = "taskId revision pendingAction updatedAt"
 
-QUESTION_FIELDS = """pendingId questionId title prompt multiSelect status agentDisconnected
+QUESTION_FIELDS = """pendingId questionId title prompt multiSelect status agentDisconnected answerQueued
 options { id label description } response { selectedOptionIds customText }"""
 
 BUNDLE_FIELDS = "pendingId sessionId taskId turnId state context questions { " + QUESTION_FIELDS + " }"
@@ -51,7 +51,7 @@ RESPOND = (
     "mutation Respond($pendingId: ID!, $answers: [ClarificationAnswerInput!]!, $rejected: Boolean!) {"
     " respondToClarification(pendingId: $pendingId, answers: $answers, rejected: $rejected) {"
     " __typename"
-    " ... on ClarificationResponded { resumed responded: bundle { pendingId state } }"
+    " ... on ClarificationResponded { resumed queued responded: bundle { pendingId state } }"
     " ... on ClarificationConflict { pendingId reason winner: bundle { " + BUNDLE_FIELDS + " } }"
     " ... on ClarificationDeliveryFailed { pendingId retryable message } } }"
 )

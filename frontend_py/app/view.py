@@ -159,6 +159,8 @@ def _message(message: dict[str, Any], active_ids: list[str]) -> str:
             label = "no longer current"
         else:
             label = STATUS_LABELS.get(status, status.lower())
+        if question.get("answerQueued"):
+            label = "answered · waiting for the agent"
         answer = _answer_text(question)
         body = (
             '<div class="q-prompt">'
@@ -266,7 +268,8 @@ def card(
     if detached:
         parts.append(
             '<p class="card-detached" data-testid="clarification-detached">The agent stopped waiting '
-            "for this answer. It will be resumed with your answer when you submit it.</p>"
+            "for this answer. It is resumed with your answer when you submit it, at once or "
+            "when it comes back.</p>"
         )
     for question in questions:
         question_id = question.get("questionId") or ""
@@ -329,6 +332,15 @@ def card(
         + "</button></footer></section>"
     )
     return "".join(parts)
+
+
+def queued_notice() -> str:
+    """After answering a question whose agent is not connected: the answer waits for it."""
+    return (
+        '<div class="notice" role="status" data-testid="clarification-queued"><p>Your answer is saved '
+        "and waiting for the agent: it gets it once, as soon as it comes back.</p>"
+        '<button type="button" class="btn ghost small" data-action="dismiss-notice">Dismiss</button></div>'
+    )
 
 
 def conflict_notice(reason: str | None, bundle: dict[str, Any] | None) -> str:

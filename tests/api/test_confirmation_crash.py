@@ -8,12 +8,10 @@ start restores the claim so the same answer can be given again.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import websockets
 
 from backend import faults
 from backend.db.engine import Database
@@ -37,10 +35,9 @@ async def until_closed(sub: Subscription) -> list[str]:
     seen: list[str] = []
     try:
         while True:
-            msg = json.loads(await asyncio.wait_for(sub.ws.recv(), 30))
-            if msg["type"] == "next":
-                seen.append(msg["payload"]["data"]["askClarification"]["__typename"])
-    except websockets.ConnectionClosed:
+            data = await sub.next(timeout=30)
+            seen.append(data["askClarification"]["__typename"])
+    except (ConnectionError, StopAsyncIteration):
         return seen
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
 import websockets
 
+from backend.client.transport import Connection, GraphQLRequestError
 from frontend_py.kit import revision
 from tests.api.client import Client, GraphQLError, Subscription
 from tests.api.gql import (
@@ -287,21 +287,18 @@ async def test_oversized_and_too_deep_documents_are_refused(limited_server: Serv
         await admin.aclose()
 
 
-async def ws_connect(srv: Server, origin: str | None) -> Any:
+async def ws_connect(srv: Server, origin: str | None) -> Connection:
     headers = {} if origin is None else {"Origin": origin}
-    return await websockets.connect(
-        srv.base_url.replace("http", "ws", 1) + "/graphql",
-        subprotocols=[websockets.Subprotocol("graphql-transport-ws")],
-        additional_headers=headers,
-    )
+    url = srv.base_url.replace("http", "ws", 1) + "/graphql"
+    return await Connection.open(url, ADMIN_TOKEN, headers=headers)
 
 
 async def test_websocket_origins_same_origin_and_allowed_pass_others_are_refused(
     limited_server: Server,
 ) -> None:
     for origin in (limited_server.base_url, "http://app.example", None):
-        ws = await ws_connect(limited_server, origin)
-        await ws.close()
+        connection = await ws_connect(limited_server, origin)
+        await connection.close()
     with pytest.raises(websockets.InvalidStatus) as refused:
         await ws_connect(limited_server, "http://evil.example")
     assert refused.value.response.status_code == 403
@@ -313,20 +310,13 @@ async def test_a_connection_holds_at_most_the_configured_number_of_subscriptions
     admin = Client(limited_server.base_url, ADMIN_TOKEN)
     task_id, _ = await running_session(admin)
     await admin.aclose()
-    ws = await ws_connect(limited_server, None)
+    connection = await ws_connect(limited_server, None)
     try:
-        await ws.send(json.dumps({"type": "connection_init", "payload": {"token": ADMIN_TOKEN}}))
-        assert json.loads(await ws.recv())["type"] == "connection_ack"
-        for n in range(3):
-            payload = {"query": PROJECTIONS, "variables": {"t": task_id}}
-            await ws.send(json.dumps({"id": str(n), "type": "subscribe", "payload": payload}))
-        replies = []
-        with contextlib.suppress(asyncio.TimeoutError, websockets.ConnectionClosed):
-            while True:
-                replies.append(json.loads(await asyncio.wait_for(ws.recv(), 2)))
-        over = [r for r in replies if r.get("id") == "2"]
-        assert over, replies
-        assert over[0]["type"] == "error", replies
-        assert [r["type"] for r in replies if r.get("id") in ("0", "1")] == ["next", "next"]
+        subs = [await connection.subscribe(PROJECTIONS, {"t": task_id}) for _ in range(3)]
+        # The first two are served (their snapshot arrives); the third is refused with an error.
+        for sub in subs[:2]:
+            assert (await sub.next(timeout=10))["pendingActionChanged"]["sessionId"]
+        with pytest.raises(GraphQLRequestError):
+            await subs[2].next(timeout=10)
     finally:
-        await ws.close()
+        await connection.close()

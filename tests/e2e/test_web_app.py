@@ -327,6 +327,33 @@ async def test_a_timed_out_question_accepts_a_deferred_custom_answer(
     await _no_outside_requests(network)
 
 
+async def test_an_answer_for_an_agent_that_is_gone_says_it_waits_for_the_agent(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    task_id, (session_id,) = await api.task("Answer waits in the inbox")
+    agent = await api.ask(session_id, wait_seconds=0.3)
+    assert (await agent.outcome())["__typename"] == "ClarificationDetached"
+    network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await page.get_by_test_id("clarification-custom-text").fill("Ship it on Friday")
+    await page.get_by_test_id("clarification-submit").click()
+    await expect(_card(page)).to_have_count(0)
+    await expect(page.get_by_test_id("clarification-queued")).to_contain_text("waiting for the agent")
+    await expect(page.locator(".transcript")).to_contain_text("answered · waiting for the agent")
+    bundle = await api.bundle(agent.pending_id)
+    assert bundle["state"] == "TERMINAL"
+    assert bundle["questions"][0]["response"]["customText"] == "Ship it on Friday"
+    # The agent comes back: the answer is delivered once, and the card no longer says it waits.
+    async with runner(api, session_id) as prompts:
+        for _ in range(200):
+            if prompts:
+                break
+            await asyncio.sleep(0.05)
+    assert len(prompts) == 1
+    assert "Ship it on Friday" in prompts[0]["prompt"]
+    await expect(page.locator(".transcript")).not_to_contain_text("waiting for the agent")
+    await _no_outside_requests(network)
+
+
 async def test_losing_a_race_shows_the_winners_answer(page: Any, web_server: Server, api: Api) -> None:
     task_id, (session_id,) = await api.task("Race")
     agent = await api.ask(session_id)

@@ -1,0 +1,479 @@
+"""`/mcp`: the Model Context Protocol endpoint (Streamable HTTP, the official `mcp` SDK).
+
+Off-the-shelf agents (any MCP client) ask people through two tools whose names and fields are fixed:
+`ask_user_question` (the live waiter, the same lifecycle as `askClarification`) and `wait_for_answer`
+(collect a late answer exactly once, or wait again while the question is answerable). Bearer tokens as
+for GraphQL: no valid token is HTTP 401 before MCP runs; acting in a session needs its agent token or
+an admin token (with `session_id`). Every refusal is an MCP tool error (`isError`) naming the field,
+and writes nothing.
+
+The transport is stateless (every POST is self-contained), so any server process behind one database
+can serve any call; the waiter hub and the inbox already work across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from backend.api.access import require_session_agent
+from backend.api.auth import Authenticator, Principal, bearer_from_header
+from backend.api.hygiene import PROBLEM, storable
+from backend.domain import lifecycle as lc
+from backend.domain.errors import (
+    BrokenInvariant,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    TurnwiseError,
+    Unauthenticated,
+)
+from backend.domain.lifecycle import Bundle, BundleState
+from backend.domain.states import ClarificationStatus
+from backend.services.clarifications import trusted
+from backend.services.container import Services
+from backend.services.inbox import rendered_answers
+
+log = logging.getLogger("turnwise.mcp")
+
+PRINCIPAL_KEY = "turnwise.principal"
+MAX_QUESTIONS = 4
+MIN_OPTIONS, MAX_OPTIONS = 2, 4
+MAX_HEADER = lc.MAX_TITLE
+CLAIM_POLL_SECONDS = 0.05
+
+_OPTION = {
+    "type": "object",
+    "properties": {
+        "label": {"type": "string", "description": "What the person picks (1-5 words)."},
+        "description": {"type": "string", "description": "What choosing it means."},
+    },
+    "required": ["label"],
+}
+_QUESTION = {
+    "type": "object",
+    "properties": {
+        "question": {"type": "string", "description": "The complete question, ending with '?'."},
+        "header": {
+            "type": "string",
+            "maxLength": MAX_HEADER,
+            "description": "A short tag, at most 12 chars.",
+        },
+        "options": {"type": "array", "minItems": MIN_OPTIONS, "maxItems": MAX_OPTIONS, "items": _OPTION},
+        "multiSelect": {"type": "boolean", "default": False},
+    },
+    "required": ["question", "options"],
+}
+TOOLS = [
+    types.Tool(
+        name="ask_user_question",
+        description=(
+            "Ask the person working with you 1-4 multiple-choice questions and wait for the answer. "
+            "They may also write their own answer or skip. If no answer comes in time the question "
+            "stays open (status 'detached'): carry on if you can and call wait_for_answer later."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "questions": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_QUESTIONS,
+                    "items": _QUESTION,
+                },
+                "session_id": {"type": "string", "description": "Needed only with a user or admin token."},
+                "context": {"type": "string", "description": "Why you ask; shown with the questions."},
+                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "required": ["questions"],
+        },
+    ),
+    types.Tool(
+        name="wait_for_answer",
+        description=(
+            "Collect the answer to a question asked earlier with ask_user_question (by its pending_id): "
+            "returns a late answer at once (only once), or waits again while the question is open."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "pending_id": {"type": "string"},
+                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "required": ["pending_id"],
+        },
+    ),
+]
+
+NEXT = {
+    "answered": "The person answered. Continue with their answer.",
+    "rejected": "The person chose to skip these questions. Continue without the answer; do not ask again.",
+    "closed": "The question was closed without an answer (superseded, cancelled or expired). Do not "
+    "wait for it; continue, or ask again if you still need to know.",
+    "delivered": "This answer was already delivered to you earlier; it is not repeated.",
+}
+
+
+def _detached_text(pending_id: str) -> str:
+    return (
+        "No answer yet; the question stays open for the person. Continue with other work if you can, "
+        f'and call wait_for_answer with pending_id "{pending_id}" later to collect the answer.'
+    )
+
+
+class ToolInputError(InvalidInput):
+    pass
+
+
+# --- input --------------------------------------------------------------------------------------
+
+
+def _storable_paths(value: Any, path: str) -> list[str]:
+    if isinstance(value, str):
+        return [] if storable(value) else [path]
+    if isinstance(value, dict):
+        out: list[str] = []
+        for key, item in value.items():
+            out += (
+                [path]
+                if isinstance(key, str) and not storable(key)
+                else _storable_paths(item, f"{path}.{key}" if path else str(key))
+            )
+        return out
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _storable_paths(item, f"{path}[{i}]")]
+    return []
+
+
+def _text(args: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:
+    value = args.get(key)
+    if value is None:
+        if required:
+            raise InvalidInput(where, "is required")
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(where, "must be a string")
+    return value
+
+
+def _timeout(args: dict[str, Any]) -> float | None:
+    value = args.get("timeout_seconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidInput("timeout_seconds", "must be a number greater than 0")
+    return float(value)
+
+
+def questions_for_service(raw: Any) -> list[dict[str, Any]]:
+    """The tool's questions as the clarification service takes them; InvalidInput names the field."""
+    if not isinstance(raw, list) or not raw:
+        raise InvalidInput("questions", f"must hold 1 to {MAX_QUESTIONS} questions")
+    if len(raw) > MAX_QUESTIONS:
+        raise InvalidInput("questions", f"must hold 1 to {MAX_QUESTIONS} questions")
+    out: list[dict[str, Any]] = []
+    for qi, q in enumerate(raw):
+        where = f"questions[{qi}]"
+        if not isinstance(q, dict):
+            raise InvalidInput(where, "must be an object")
+        question = _text(q, "question", f"{where}.question", required=True)
+        header = _text(q, "header", f"{where}.header", required=False)
+        if header is not None and len(header) > MAX_HEADER:
+            raise InvalidInput(f"{where}.header", f"must be at most {MAX_HEADER} characters")
+        multi = q.get("multiSelect", False)
+        if not isinstance(multi, bool):
+            raise InvalidInput(f"{where}.multiSelect", "must be true or false")
+        options = q.get("options")
+        if not isinstance(options, list) or not MIN_OPTIONS <= len(options) <= MAX_OPTIONS:
+            raise InvalidInput(f"{where}.options", f"must hold {MIN_OPTIONS} to {MAX_OPTIONS} options")
+        opts: list[dict[str, Any]] = []
+        for oi, o in enumerate(options):
+            owhere = f"{where}.options[{oi}]"
+            if not isinstance(o, dict):
+                raise InvalidInput(owhere, "must be an object")
+            opts.append(
+                {
+                    "label": _text(o, "label", f"{owhere}.label", required=True),
+                    "description": _text(o, "description", f"{owhere}.description", required=False),
+                }
+            )
+        out.append({"title": header, "prompt": question, "multi_select": multi, "options": opts})
+    return out
+
+
+def _tool_field(field: str) -> str:
+    """The service's field names in the tool's words."""
+    return (
+        field.replace(".title", ".header")
+        .replace(".prompt", ".question")
+        .replace("timeoutSeconds", "timeout_seconds")
+    )
+
+
+# --- results ------------------------------------------------------------------------------------
+
+
+def _ordered_metadata(bundle: Bundle) -> list[dict[str, Any]]:
+    def index(md: dict[str, Any]) -> int:
+        value = md.get("question_index")
+        return value if isinstance(value, int) else 0
+
+    return sorted((dict(r.metadata) for r in bundle.rows), key=index)
+
+
+def _public(answers: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "question": a.get("question") or "",
+            "header": a.get("header"),
+            "selected": list(a.get("selected") or []),
+            "custom_text": a.get("custom_text"),
+        }
+        for a in answers
+    ]
+
+
+def result(status: str, pending_id: str, answers: Sequence[dict[str, Any]] = ()) -> types.CallToolResult:
+    public = _public(answers)
+    text = _detached_text(pending_id) if status == "detached" else NEXT[status]
+    if public:
+        lines = []
+        for a in public:
+            chosen = "; ".join([*a["selected"], *([a["custom_text"]] if a["custom_text"] else [])])
+            lines.append(f"- {a['question']} -> {chosen or '(no answer)'}")
+        text = text + "\n" + "\n".join(lines)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structuredContent={"status": status, "pending_id": pending_id, "answers": public},
+    )
+
+
+def error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], isError=True)
+
+
+# --- the endpoint -------------------------------------------------------------------------------
+
+
+class McpEndpoint:
+    """The ASGI app mounted at `/mcp`; `session_manager.run()` belongs in the app's lifespan."""
+
+    def __init__(self, services: Services, authenticator: Authenticator) -> None:
+        self.services = services
+        self.authenticator = authenticator
+        self.server: Server[Any, Any] = Server("turnwise")
+        self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
+        self.server.call_tool(validate_input=False)(self._call_tool)
+        self.session_manager = StreamableHTTPSessionManager(app=self.server, stateless=True)
+        self._stop = asyncio.Event()
+        self._running: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Run the session manager in a task of its own (its task group must be entered and left by
+        one task, whichever tasks run the app's lifespan); returns once it accepts requests."""
+        started = asyncio.Event()
+
+        async def run() -> None:
+            async with self.session_manager.run():
+                started.set()
+                await self._stop.wait()
+
+        self._running = asyncio.create_task(run())
+        ready = asyncio.create_task(started.wait())
+        await asyncio.wait({self._running, ready}, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if self._running.done():
+            await self._running  # raises what stopped it
+
+    async def stop(self) -> None:
+        if self._running is None:
+            return
+        self._stop.set()
+        await self._running
+        self._running = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        try:
+            principal = await self.authenticator.authenticate(
+                bearer_from_header(headers.get("authorization"))
+            )
+        except Unauthenticated as exc:
+            response = JSONResponse(
+                {"error": str(exc)}, status_code=401, headers={"WWW-Authenticate": 'Bearer realm="turnwise"'}
+            )
+            await response(scope, receive, send)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        await self.session_manager.handle_request(scope, receive, send)
+
+    async def _list_tools(self) -> list[types.Tool]:
+        return TOOLS
+
+    def _principal(self) -> Principal:
+        request = self.server.request_context.request
+        principal = None if request is None else request.scope.get(PRINCIPAL_KEY)
+        if not isinstance(principal, Principal):
+            raise Unauthenticated("missing bearer token")
+        return principal
+
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        try:
+            principal = self._principal()
+            bad = _storable_paths(arguments, "")
+            if bad:
+                raise InvalidInput(bad[0], PROBLEM)
+            if name == "ask_user_question":
+                return await self.ask_user_question(principal, arguments)
+            if name == "wait_for_answer":
+                return await self.wait_for_answer(principal, arguments)
+            return error(f"unknown tool {name!r}")
+        except InvalidInput as exc:
+            return error(f"{_tool_field(exc.field)}: {str(exc).split(': ', 1)[-1]}")
+        except TurnwiseError as exc:
+            return error(str(exc))
+
+    # --- ask_user_question ------------------------------------------------------------------------
+
+    async def _session_for(self, principal: Principal, requested: Any) -> str:
+        if requested is not None and not isinstance(requested, str):
+            raise InvalidInput("session_id", "must be a string")
+        session_id = requested or principal.session_id
+        if not session_id:
+            raise InvalidInput("session_id", "is required with a user or admin token")
+        try:
+            session = await self.services.reads.session(session_id)
+        except NotFound:
+            raise InvalidInput("session_id", f"session {session_id!r} not found") from None
+        try:
+            require_session_agent(principal, session.id, session.task_id)
+        except NotFound:
+            raise InvalidInput("session_id", f"session {session_id!r} not found") from None
+        except Forbidden as exc:
+            raise InvalidInput("session_id", str(exc)) from None
+        return session.id
+
+    async def ask_user_question(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
+        questions = questions_for_service(args.get("questions"))
+        context = _text(args, "context", "context", required=False)
+        timeout = _timeout(args)
+        session_id = await self._session_for(principal, args.get("session_id"))
+        return await self._wait(session_id, questions, context, timeout)
+
+    async def _wait(
+        self, session_id: str, questions: list[dict[str, Any]], context: str | None, seconds: float | None
+    ) -> types.CallToolResult:
+        stream = self.services.clarifications.ask(session_id, questions, context, seconds)
+        bundle: Bundle | None = None
+        try:
+            async for outcome in stream:
+                if isinstance(outcome, lc.Asked):
+                    bundle = outcome.bundle
+                    continue
+                if bundle is None:
+                    raise BrokenInvariant("the clarification stream ended before it asked")
+                return self._outcome(outcome, bundle)
+        finally:
+            await stream.aclose()
+        raise RuntimeError("the clarification stream ended without an outcome")
+
+    def _outcome(self, outcome: lc.WaitOutcome, bundle: Bundle) -> types.CallToolResult:
+        pending_id = bundle.pending_id
+        if isinstance(outcome, lc.Answered):
+            return result(
+                "answered", pending_id, rendered_answers(_ordered_metadata(bundle), outcome.answers)
+            )
+        if isinstance(outcome, lc.Rejected):
+            return result("rejected", pending_id)
+        if isinstance(outcome, lc.Detached):
+            return result("detached", pending_id)
+        return result("closed", pending_id)
+
+    # --- wait_for_answer --------------------------------------------------------------------------
+
+    async def wait_for_answer(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
+        pending_id = _text(args, "pending_id", "pending_id", required=True)
+        if pending_id is None:
+            raise InvalidInput("pending_id", "pending_id is required")
+        timeout = _timeout(args)
+        wait = self.services.clarifications.wait_seconds(timeout)
+        # Authorized just below, where a foreign bundle reads as not found.
+        bundle = await self.services.clarifications.bundle(pending_id, authorize=trusted)
+        if bundle is None:
+            raise InvalidInput("pending_id", f"clarification {pending_id!r} not found")
+        try:
+            require_session_agent(principal, bundle.session_id, bundle.task_id)
+        except TurnwiseError:
+            raise InvalidInput("pending_id", f"clarification {pending_id!r} not found") from None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            queued = await self.services.inbox.for_bundle(pending_id)
+            if queued is not None:
+                return await self._from_inbox(bundle.session_id, pending_id, *queued)
+            bundle = await self.services.clarifications.bundle(pending_id, authorize=trusted)
+            if bundle is None:
+                return result("closed", pending_id)
+            state = bundle.state
+            if state in (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED):
+                remaining = max(deadline - loop.time(), 0.001)
+                return await self._wait(bundle.session_id, _asked(bundle), bundle.context, remaining)
+            if state == BundleState.DELIVERY_CLAIMED and loop.time() < deadline:
+                # An answer is being delivered or queued right now: look again shortly.
+                await asyncio.sleep(CLAIM_POLL_SECONDS)
+                continue
+            if state == BundleState.DELIVERY_CLAIMED:
+                return result("detached", pending_id)
+            if state == BundleState.TERMINAL:
+                statuses = Counter(r.status for r in bundle.rows if not r.is_pending)
+                top = statuses.most_common(1)[0][0] if statuses else ""
+                if top == ClarificationStatus.REJECTED:
+                    return result("rejected", pending_id)
+                if top == ClarificationStatus.ANSWERED:
+                    return result("delivered", pending_id)
+            return result("closed", pending_id)
+
+    async def _from_inbox(
+        self, session_id: str, pending_id: str, item: Any, deliverable: bool
+    ) -> types.CallToolResult:
+        if item.delivered_at is not None:
+            return result("delivered", pending_id)
+        taken = await self.services.inbox.take(session_id, via="mcp", pending_id=pending_id)
+        if taken:
+            return result("answered", pending_id, taken[0].answers)
+        if deliverable:  # another caller took it between the read and the take
+            return result("delivered", pending_id)
+        return result("closed", pending_id)
+
+
+def _asked(bundle: Bundle) -> list[dict[str, Any]]:
+    """The bundle's questions as first asked (explicit ids), so asking them again re-attaches to it."""
+    out = []
+    for md in _ordered_metadata(bundle):
+        q = md.get("question") if isinstance(md.get("question"), dict) else {}
+        assert isinstance(q, dict)
+        out.append(
+            {
+                "id": md.get("question_id"),
+                "title": q.get("title"),
+                "prompt": q.get("prompt"),
+                "multi_select": bool(q.get("multi_select")),
+                "options": [
+                    {"id": o.get("id"), "label": o.get("label"), "description": o.get("description")}
+                    for o in q.get("options") or []
+                    if isinstance(o, dict)
+                ],
+            }
+        )
+    return out

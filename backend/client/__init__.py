@@ -1,0 +1,22 @@
+"""The Python agent client: `Agent` (ask, prompts, post_message, complete_turn) on one
+graphql-transport-ws implementation (`GraphQLTransport`)."""
+
+from backend.client.agent import Agent, AskResult, Prompt
+from backend.client.transport import (
+    Connection,
+    ConnectionRefused,
+    GraphQLRequestError,
+    GraphQLTransport,
+    Subscription,
+)
+
+__all__ = [
+    "Agent",
+    "AskResult",
+    "Connection",
+    "ConnectionRefused",
+    "GraphQLRequestError",
+    "GraphQLTransport",
+    "Prompt",
+    "Subscription",
+]

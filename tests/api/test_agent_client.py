@@ -1,0 +1,108 @@
+"""The package's Python agent client against a real server: ask, prompts (queued first), reconnect."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from backend.client import Agent, AskResult, GraphQLRequestError, Prompt
+from tests.api.client import Client
+from tests.api.gql import running_session, token_for
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+
+ACTIVE = "query($t: ID!) { taskSessions(taskId: $t) { activeClarification { pendingId state } } }"
+RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!) {
+  respondToClarification(pendingId: $p, answers: $a) {
+    __typename ... on ClarificationResponded { resumed queued } } }"""
+QUESTION = {"prompt": "Which database?", "options": [{"label": "SQLite"}, {"label": "PostgreSQL"}]}
+PICK = [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"]}]
+
+
+async def pending_in(admin: Client, task_id: str, state: str) -> str:
+    for _ in range(400):
+        for s in (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]:
+            bundle = s["activeClarification"]
+            if bundle and bundle["state"] == state:
+                return str(bundle["pendingId"])
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"no question reached {state}")
+
+
+async def test_ask_returns_a_live_answer_and_a_detached_one_comes_back_as_a_prompt_once(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id = await running_session(admin, title="client ask")
+    _, token = await token_for(admin, "agent", name="client-ask", session_id=session_id)
+    async with Agent(server.base_url, token, session_id) as agent:
+        asking = asyncio.create_task(agent.ask([QUESTION]))
+        pending_id = await pending_in(admin, task_id, "ACTIVE_LIVE")
+        await admin.execute(RESPOND, {"p": pending_id, "a": PICK})
+        live = await asyncio.wait_for(asking, 30)
+        assert live == AskResult(
+            "answered",
+            pending_id,
+            [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": None}],
+        )
+        detached = await agent.ask([{**QUESTION, "prompt": "Which cache?"}], timeout_seconds=0.1)
+        assert detached.status == "detached"
+        late = (await admin.execute(RESPOND, {"p": detached.pending_id, "a": PICK}))["respondToClarification"]
+        assert late == {"__typename": "ClarificationResponded", "resumed": False, "queued": True}
+        prompt = await asyncio.wait_for(anext(aiter(agent.prompts())), 30)
+        assert "Which cache?" in prompt.text
+        assert "PostgreSQL" in prompt.text
+        assert await prompt.ack() is True
+        await agent.post_message("thanks")
+        await agent.complete_turn(prompt.turn_id, prompt.generation)
+        with pytest.raises(GraphQLRequestError) as stale:
+            await agent.complete_turn(prompt.turn_id, prompt.generation)
+        assert stale.value.codes == ["INVALID_STATE"]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def restartable(request: pytest.FixtureRequest) -> Iterator[Server]:
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")
+    url = fresh_database(request.param)
+    srv = Server(url).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        drop_database(url)
+
+
+async def test_prompts_reconnect_after_the_server_restarts(restartable: Server) -> None:
+    srv = restartable
+    admin = Client(srv.base_url, ADMIN_TOKEN)
+    try:
+        _, session_id = await running_session(admin, title="client reconnect")
+        _, token = await token_for(admin, "agent", name="client-reconnect", session_id=session_id)
+    finally:
+        await admin.aclose()
+    async with Agent(srv.base_url, token, session_id, reconnect_seconds=0.2) as agent:
+        detached = await agent.ask([QUESTION], timeout_seconds=0.1)
+        received: list[Prompt] = []
+
+        async def hold() -> None:
+            async for prompt in agent.prompts():
+                received.append(prompt)
+                await prompt.ack()
+                return
+
+        holding = asyncio.create_task(hold())
+        await asyncio.sleep(0.5)  # let the first connection be made, so that the kill breaks it
+        srv.kill()
+        srv.start()
+        admin = Client(srv.base_url, ADMIN_TOKEN)
+        try:
+            answered = (await admin.execute(RESPOND, {"p": detached.pending_id, "a": PICK}))[
+                "respondToClarification"
+            ]
+        finally:
+            await admin.aclose()
+        await asyncio.wait_for(holding, 60)
+    assert answered["__typename"] == "ClarificationResponded"
+    assert len(received) == 1
+    assert "PostgreSQL" in received[0].text

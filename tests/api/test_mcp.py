@@ -1,0 +1,461 @@
+"""`/mcp` with the official MCP client (ClientSession over Streamable HTTP) against a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from backend.faults import CRASH_EXIT_CODE
+from tests.api.client import Client
+from tests.api.gql import GRANT, MESSAGES, START, running_session, token_for
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+
+RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!, $r: Boolean!) {
+  respondToClarification(pendingId: $p, answers: $a, rejected: $r) {
+    __typename
+    ... on ClarificationResponded { resumed queued }
+    ... on ClarificationDeliveryFailed { retryable message } } }"""
+ACTIVE = "query($t: ID!) { taskSessions(taskId: $t) { id activeClarification { pendingId state } } }"
+CLARIFICATION = "query($p: ID!) { clarification(pendingId: $p) { state } }"
+TURNS = "query($s: ID!) { sessionTurns(sessionId: $s) { id } }"
+ACK = "mutation($t: ID!) { acknowledgePrompt(turnId: $t, accepted: true) }"
+AGENT_PROMPTS = "subscription($s: ID!) { agentPrompts(sessionId: $s) { turnId generation prompt } }"
+QUESTION = {
+    "question": "Which database should we use?",
+    "header": "Database",
+    "options": [
+        {"label": "SQLite", "description": "One file"},
+        {"label": "PostgreSQL", "description": "A server"},
+    ],
+}
+PICK_POSTGRES = [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": "with backups"}]
+
+
+@asynccontextmanager
+async def mcp_session(base_url: str, token: str | None) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=300)) as http,
+        streamable_http_client(f"{base_url}/mcp", http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def agent_session(admin: Client, name: str) -> tuple[str, str, str]:
+    task_id, session_id = await running_session(admin, title=name)
+    _, token = await token_for(admin, "agent", name=name, session_id=session_id)
+    return task_id, session_id, token
+
+
+async def wait_for_state(admin: Client, task_id: str, state: str) -> str:
+    for _ in range(400):
+        for s in (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]:
+            bundle = s["activeClarification"]
+            if bundle and bundle["state"] == state:
+                return str(bundle["pendingId"])
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"no question reached {state}")
+
+
+async def respond(
+    admin: Client, pending_id: str, answers: list[dict[str, Any]], *, rejected: bool = False
+) -> Any:
+    data = await admin.execute(RESPOND, {"p": pending_id, "a": answers, "r": rejected})
+    return data["respondToClarification"]
+
+
+def structured(result: CallToolResult) -> dict[str, Any]:
+    assert not result.isError, result.content
+    assert result.structuredContent is not None
+    return dict(result.structuredContent)
+
+
+def error_text(result: CallToolResult) -> str:
+    assert result.isError, result
+    text = getattr(result.content[0], "text", "")
+    return str(text)
+
+
+async def message_count(admin: Client, session_id: str) -> int:
+    return len((await admin.execute(MESSAGES, {"s": session_id}))["sessionMessages"])
+
+
+async def ask_detached(mcp: ClientSession) -> str:
+    detached = structured(
+        await mcp.call_tool("ask_user_question", {"questions": [QUESTION], "timeout_seconds": 0.2})
+    )
+    assert detached["status"] == "detached"
+    assert detached["answers"] == []
+    return str(detached["pending_id"])
+
+
+async def first_prompt_is_a_fresh_answer(server: Server, admin: Client, token: str, session_id: str) -> bool:
+    """Hold agentPrompts, then answer a new detached question: queued items come before anything
+    else, so the first prompt being this new answer proves no older item was handed out."""
+    fresh = {**QUESTION, "question": "And which cache?"}
+    async with mcp_session(server.base_url, token) as mcp:
+        detached = structured(
+            await mcp.call_tool("ask_user_question", {"questions": [fresh], "timeout_seconds": 0.1})
+        )
+    agent = Client(server.base_url, token)
+    try:
+        async with agent.subscribe(AGENT_PROMPTS, {"s": session_id}) as prompts:
+            answering = asyncio.create_task(
+                respond(
+                    admin,
+                    str(detached["pending_id"]),
+                    [{"questionId": "q1", "selectedOptionIds": ["q1_opt1"]}],
+                )
+            )
+            prompt = (await prompts.next(timeout=30))["agentPrompts"]
+            await agent.execute(ACK, {"t": prompt["turnId"]})
+            await answering
+    finally:
+        await agent.aclose()
+    return "And which cache?" in prompt["prompt"] and "SQLite" in prompt["prompt"]
+
+
+async def test_a_live_answer_given_in_graphql_reaches_the_tool_result(server: Server, admin: Client) -> None:
+    task_id, _, token = await agent_session(admin, "mcp live")
+    async with mcp_session(server.base_url, token) as mcp:
+        tools = {t.name for t in (await mcp.list_tools()).tools}
+        assert tools == {"ask_user_question", "wait_for_answer"}
+        call = asyncio.create_task(mcp.call_tool("ask_user_question", {"questions": [QUESTION]}))
+        pending_id = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
+        answered = await respond(admin, pending_id, PICK_POSTGRES)
+        assert answered["__typename"] == "ClarificationResponded"
+        assert answered["queued"] is False
+        result = await asyncio.wait_for(call, 30)
+    assert structured(result) == {
+        "status": "answered",
+        "pending_id": pending_id,
+        "answers": [
+            {
+                "question": QUESTION["question"],
+                "header": "Database",
+                "selected": ["PostgreSQL"],
+                "custom_text": "with backups",
+            }
+        ],
+    }
+    assert "Continue" in getattr(result.content[0], "text", "")
+
+
+async def test_a_late_answer_is_queued_and_wait_for_answer_returns_it_exactly_once(
+    server: Server, admin: Client
+) -> None:
+    _, _, token = await agent_session(admin, "mcp late")
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await ask_detached(mcp)
+        result = await mcp.call_tool("ask_user_question", {"questions": [QUESTION], "timeout_seconds": 0.1})
+        assert structured(result)["pending_id"] == pending_id, "identical questions reuse the bundle"
+    late = await respond(admin, pending_id, PICK_POSTGRES)
+    assert late["__typename"] == "ClarificationResponded"
+    assert (late["resumed"], late["queued"]) == (False, True)
+    async with mcp_session(server.base_url, token) as mcp:
+        first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+        again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    assert first["status"] == "answered"
+    assert first["answers"][0]["selected"] == ["PostgreSQL"]
+    assert first["answers"][0]["custom_text"] == "with backups"
+    assert again == {"status": "delivered", "pending_id": pending_id, "answers": []}
+
+
+async def test_wait_for_answer_waits_live_again_while_the_question_is_open(
+    server: Server, admin: Client
+) -> None:
+    task_id, _, token = await agent_session(admin, "mcp rewait")
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await ask_detached(mcp)
+        call = asyncio.create_task(mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+        assert await wait_for_state(admin, task_id, "ACTIVE_LIVE") == pending_id
+        answered = await respond(admin, pending_id, PICK_POSTGRES)
+        assert answered["queued"] is False
+        result = structured(await asyncio.wait_for(call, 30))
+    assert result["status"] == "answered"
+    assert result["answers"][0]["selected"] == ["PostgreSQL"]
+
+
+async def test_skip_gives_rejected(server: Server, admin: Client) -> None:
+    task_id, _, token = await agent_session(admin, "mcp skip")
+    async with mcp_session(server.base_url, token) as mcp:
+        call = asyncio.create_task(mcp.call_tool("ask_user_question", {"questions": [QUESTION]}))
+        pending_id = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
+        assert (await respond(admin, pending_id, [], rejected=True))["__typename"] == "ClarificationResponded"
+        result = structured(await asyncio.wait_for(call, 30))
+        # The skip is final: collecting it later reports it as rejected again, with no answers.
+        later = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    assert result == {"status": "rejected", "pending_id": pending_id, "answers": []}
+    assert later == result
+
+
+async def test_a_newer_turn_closes_a_queued_answer_and_it_is_never_delivered(
+    server: Server, admin: Client
+) -> None:
+    _, session_id, token = await agent_session(admin, "mcp superseded")
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await ask_detached(mcp)
+    assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+    await admin.execute(START, {"s": session_id})
+    async with mcp_session(server.base_url, token) as mcp:
+        result = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    assert result == {"status": "closed", "pending_id": pending_id, "answers": []}
+    # Nor through agentPrompts: the stale item is not handed out; a fresh dispatch is the first prompt.
+    assert await first_prompt_is_a_fresh_answer(server, admin, token, session_id)
+
+
+async def test_agent_prompts_delivers_a_queued_answer_first_and_only_once(
+    server: Server, admin: Client
+) -> None:
+    _, session_id, token = await agent_session(admin, "mcp inbox prompts")
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await ask_detached(mcp)
+    assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+    agent = Client(server.base_url, token)
+    try:
+        async with agent.subscribe(AGENT_PROMPTS, {"s": session_id}) as prompts:
+            prompt = (await prompts.next())["agentPrompts"]
+        assert "PostgreSQL" in prompt["prompt"]
+        assert prompt["generation"] == prompt["turnId"]
+    finally:
+        await agent.aclose()
+    assert await first_prompt_is_a_fresh_answer(server, admin, token, session_id)
+    async with mcp_session(server.base_url, token) as mcp:
+        again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    assert again["status"] == "delivered"
+
+
+BAD_INPUT = [
+    ({"questions": [QUESTION] * 5}, "questions"),
+    ({"questions": [{**QUESTION, "options": []}]}, "questions[0].options"),
+    ({"questions": [{**QUESTION, "header": "Thirteen char"}]}, "questions[0].header"),
+    ({"questions": [QUESTION], "session_id": "no-such-session"}, "session_id"),
+    ({"questions": [{**QUESTION, "question": "Which\x00one?"}]}, "questions[0].question"),
+    ({"questions": [QUESTION], "timeout_seconds": 0}, "timeout_seconds"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "field"), BAD_INPUT, ids=[f for _, f in BAD_INPUT])
+async def test_bad_input_is_a_tool_error_naming_the_field_and_writes_nothing(
+    server: Server, admin: Client, arguments: dict[str, Any], field: str
+) -> None:
+    task_id, session_id, token = await agent_session(admin, f"mcp bad {field}")
+    before = await message_count(admin, session_id)
+    async with mcp_session(server.base_url, token) as mcp:
+        text = error_text(await mcp.call_tool("ask_user_question", arguments))
+    assert text.startswith(f"{field}:"), text
+    assert await message_count(admin, session_id) == before
+    active = (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]
+    assert [s["activeClarification"] for s in active] == [None]
+
+
+async def test_no_token_is_http_401_and_a_foreign_sessions_token_writes_nothing(
+    server: Server, admin: Client
+) -> None:
+    async with httpx.AsyncClient() as http:
+        response = await http.post(
+            f"{server.base_url}/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+            headers={"Accept": "application/json, text/event-stream"},
+        )
+        assert response.status_code == 401
+        bad = await http.post(
+            f"{server.base_url}/mcp", json={}, headers={"Authorization": "Bearer not-a-token"}
+        )
+        assert bad.status_code == 401
+    _, mine, token = await agent_session(admin, "mcp mine")
+    _, other, _ = await agent_session(admin, "mcp other")
+    before = await message_count(admin, other)
+    async with mcp_session(server.base_url, token) as mcp:
+        text = error_text(
+            await mcp.call_tool("ask_user_question", {"questions": [QUESTION], "session_id": other})
+        )
+        pending_id = await ask_detached(mcp)
+    assert text.startswith("session_id:")
+    assert await message_count(admin, other) == before
+    # Another session's agent cannot collect this session's answer either.
+    _, _, other_token = await agent_session(admin, "mcp third")
+    async with mcp_session(server.base_url, other_token) as mcp:
+        denied = error_text(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    assert denied.startswith("pending_id:")
+    assert mine != other, "two distinct sessions"
+
+
+async def test_an_admin_token_asks_in_the_session_it_names(server: Server, admin: Client) -> None:
+    task_id, session_id = await running_session(admin, title="mcp admin")
+    async with mcp_session(server.base_url, ADMIN_TOKEN) as mcp:
+        missing = error_text(await mcp.call_tool("ask_user_question", {"questions": [QUESTION]}))
+        assert missing.startswith("session_id:")
+        result = structured(
+            await mcp.call_tool(
+                "ask_user_question",
+                {"questions": [QUESTION], "session_id": session_id, "timeout_seconds": 0.1},
+            )
+        )
+    assert result["status"] == "detached"
+    assert await wait_for_state(admin, task_id, "ACTIVE_DETACHED") == result["pending_id"]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def own_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database for servers of the test's own, to kill."""
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")
+    url = fresh_database(request.param)
+    try:
+        yield url
+    finally:
+        drop_database(url)
+
+
+@pytest.fixture
+def own_server(own_database: str) -> Iterator[Server]:
+    srv = Server(own_database).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+async def test_a_crash_between_queueing_and_delivery_loses_nothing_and_delivers_once(
+    own_server: Server,
+) -> None:
+    srv = own_server
+    admin = Client(srv.base_url, ADMIN_TOKEN)
+    try:
+        _, _, token = await agent_session(admin, "mcp crash")
+        async with mcp_session(srv.base_url, token) as mcp:
+            pending_id = await ask_detached(mcp)
+        assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+    finally:
+        await admin.aclose()
+    srv.kill()
+    srv.start()
+    async with mcp_session(srv.base_url, token) as mcp:
+        first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+        again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    assert first["status"] == "answered"
+    assert first["answers"][0]["selected"] == ["PostgreSQL"]
+    assert again["status"] == "delivered"
+
+
+async def test_a_crash_right_after_the_queue_commit_still_delivers_once_after_restart(
+    own_database: str,
+) -> None:
+    crashing = Server(own_database, env={"TURNWISE_FAULT_POINTS": "inbox.after_queue"}).start()
+    try:
+        admin = Client(crashing.base_url, ADMIN_TOKEN)
+        try:
+            _, session_id, token = await agent_session(admin, "mcp crash after queue")
+            async with mcp_session(crashing.base_url, token) as mcp:
+                pending_id = await ask_detached(mcp)
+            with pytest.raises(httpx.HTTPError):
+                await respond(admin, pending_id, PICK_POSTGRES)  # the process dies under the request
+        finally:
+            await admin.aclose()
+        assert crashing.proc is not None
+        assert crashing.proc.wait(timeout=10) == CRASH_EXIT_CODE
+    finally:
+        crashing.kill()
+    with Server(own_database) as srv:
+        admin = Client(srv.base_url, ADMIN_TOKEN)
+        try:
+            seen = (await admin.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+            assert seen["state"] == "TERMINAL", "the answer was kept, not restored"
+            async with mcp_session(srv.base_url, token) as mcp:
+                first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+                again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+            # The successor's start event was replayed at startup: it is the current, visible turn.
+            turns = (await admin.execute(TURNS, {"s": session_id}))["sessionTurns"]
+        finally:
+            await admin.aclose()
+    assert first["status"] == "answered"
+    assert first["answers"][0]["custom_text"] == "with backups"
+    assert again["status"] == "delivered"
+    assert len(turns) == 2
+
+
+async def test_a_dropped_connection_detaches_the_question(server: Server, admin: Client) -> None:
+    task_id, _, token = await agent_session(admin, "mcp dropped")
+
+    async def ask_and_hang() -> None:
+        async with mcp_session(server.base_url, token) as mcp:
+            await mcp.call_tool("ask_user_question", {"questions": [QUESTION]})
+
+    call = asyncio.create_task(ask_and_hang())
+    pending_id = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await wait_for_state(admin, task_id, "ACTIVE_DETACHED") == pending_id
+
+
+def _sse_json(response: httpx.Response) -> dict[str, Any]:
+    """The JSON-RPC message of a Streamable HTTP response (an SSE event or a JSON body)."""
+    if response.headers.get("content-type", "").startswith("application/json"):
+        return dict(response.json())
+    data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+    assert data, response.text
+    return dict(json.loads(data[-1]))
+
+
+async def test_a_client_speaking_the_2025_06_18_protocol_asks_with_plain_json_rpc(
+    server: Server, admin: Client
+) -> None:
+    _, _, token = await agent_session(admin, "mcp 2025-06")
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "plain", "version": "1"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {
+            "name": "ask_user_question",
+            "arguments": {"questions": [QUESTION], "timeout_seconds": 0.1},
+        },
+    }
+    async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as http:
+        hello = _sse_json(await http.post("/mcp", json=init))
+        assert hello["result"]["protocolVersion"] == "2025-06-18"
+        done = _sse_json(await http.post("/mcp", json=call))
+    assert done["result"]["isError"] is False
+    assert done["result"]["structuredContent"]["status"] == "detached"
+
+
+async def test_a_user_token_may_read_the_task_but_not_ask_in_its_session(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id = await running_session(admin, title="mcp user")
+    user_id, token = await token_for(admin, "user", name="mcp-user")
+    await admin.execute(GRANT, {"u": user_id, "t": task_id})
+    before = await message_count(admin, session_id)
+    async with mcp_session(server.base_url, token) as mcp:
+        text = error_text(
+            await mcp.call_tool("ask_user_question", {"questions": [QUESTION], "session_id": session_id})
+        )
+    assert text.startswith("session_id:")
+    assert await message_count(admin, session_id) == before
