@@ -180,6 +180,7 @@ async def test_startup_recovery_closes_items_superseded_while_no_process_ran(db:
         await agent.close()
     async with resuming(db) as (restarted, _):
         await restarted.recovery.run()
+        await restarted.inbox.recover()
         (item,) = await inbox_rows(db, session_id)
         assert item["closed_at"] is not None
         assert item["delivered_at"] is None
