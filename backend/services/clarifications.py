@@ -453,8 +453,10 @@ class Clarifications:
                 "messages": len(claimed),
             },
         )
+        # Publishes the task summaries the claim wrote (a claimed bundle no longer waits for input);
+        # a delivered claim queued no message event: those follow only once delivery succeeded.
+        await flush(self.deps, w)
         if claim_id is None:
-            await flush(self.deps, w)
             return Responded(after, resumed=False)
         turn_id = present(bundle.turn_id, f"turn of bundle {pending_id}")
         claim = Claim(
