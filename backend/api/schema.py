@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from functools import partial
 
 import strawberry
-from graphql import ValidationRule
+from graphql import GraphQLError, ValidationRule
 from strawberry.extensions import (
     AddValidationRules,
     MaxTokensLimiter,
@@ -48,6 +49,21 @@ class Subscription(AgentSubscriptions, LiveSubscriptions, ClarificationSubscript
     pass
 
 
+class DocumentCache(ParserCache):
+    """Strawberry's parser cache, except that a document that does not parse is left to Strawberry's
+    own parse step, which reports the syntax error as a pre-execution error (with its code) instead
+    of letting it escape the extension hooks."""
+
+    def on_parse(self) -> Iterator[None]:
+        context = self.execution_context
+        if context.query:
+            try:
+                context.graphql_document = self.cached_parse_document(context.query, **context.parse_options)
+            except GraphQLError:
+                context.graphql_document = None
+        yield
+
+
 def _rules(*rules: type[ValidationRule]) -> type[SchemaExtension]:
     """Validation rules as an extension factory whose rule classes are built once per schema, so the
     validation cache (keyed by document and rules) hits for every repeated document."""
@@ -75,7 +91,7 @@ def build_schema(
             partial(MaxTokensLimiter, max_token_count=max_tokens),
             _rules(create_validator(max_depth, None)),
             max_query_bytes(max_bytes),
-            ParserCache,
+            DocumentCache,
             ValidationCache,
             TextHygiene,
             OperationMetrics,
