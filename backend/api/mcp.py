@@ -461,8 +461,8 @@ def _asked(bundle: Bundle) -> list[dict[str, Any]]:
     """The bundle's questions as first asked (explicit ids), so asking them again re-attaches to it."""
     out = []
     for md in _ordered_metadata(bundle):
-        q = md.get("question") if isinstance(md.get("question"), dict) else {}
-        assert isinstance(q, dict)
+        raw = md.get("question")
+        q: dict[str, Any] = raw if isinstance(raw, dict) else {}
         out.append(
             {
                 "id": md.get("question_id"),

@@ -49,8 +49,8 @@ def rendered_answers(rows: Sequence[dict[str, Any]], answers: Sequence[Answer]) 
     by_question = {a.question_id: a for a in answers}
     out: list[dict[str, Any]] = []
     for md in rows:
-        question = md.get("question") if isinstance(md.get("question"), dict) else {}
-        assert isinstance(question, dict)
+        raw = md.get("question")
+        question: dict[str, Any] = raw if isinstance(raw, dict) else {}
         qid = str(md.get("question_id") or "")
         answer = by_question.get(qid)
         labels = {
