@@ -28,13 +28,13 @@ from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import clarifications as clarification_repo
 from backend.repository import inbox as repo
-from backend.repository import instances, locks, reservations, runners, tasks, turns
+from backend.repository import instances, reservations, runners, tasks, turns
 from backend.repository.inbox import InboxItem
 from backend.services.context import Deps
-from backend.services.events_out import publish_session_change
 from backend.services.orchestrator import Orchestrator
 from backend.services.prompt_channel import PromptChannel, prompts_channel
 from backend.services.resume import ResumeOutcome
+from backend.services.uow import uow
 from backend.services.waiters import WaiterHub
 
 log = logging.getLogger("turnwise.inbox")
@@ -91,8 +91,8 @@ class Inbox:
 
     async def _queue(self, claim: Claim) -> ResumeOutcome:
         item_id = new_id()
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [claim.session_id])
+        async with uow(self.deps, [claim.session_id]) as w:
+            conn = w.conn
             session = await tasks.get_session(conn, claim.session_id)
             if session.state in TERMINAL_SESSION_STATES:
                 return ResumeOutcome(False, True, "the session has ended")
@@ -123,7 +123,7 @@ class Inbox:
             await clarification_repo.settle_claim(conn, claim.message_ids, claim.claim_id)
             await repo.mark_rows(conn, claim.message_ids)
             await tasks.mark_running_when_unblocked(conn, claim.session_id)
-            await tasks.bump_pending_seqs(conn, [claim.session_id])
+            w.touch(claim.session_id)
         log.info(
             "answer queued",
             extra={
@@ -147,30 +147,21 @@ class Inbox:
 
     async def take(self, session_id: str, *, via: str, pending_id: str | None = None) -> list[InboxItem]:
         """Hand out the deliverable items (at most once); close the superseded ones."""
-        async with self.deps.db.write() as conn:
-            await locks.lock_sessions(conn, [session_id])
-            closed = await repo.close_stale_of_session(conn, session_id)
-            items = await repo.take(conn, session_id, via=via, pending_id=pending_id)
+        async with uow(self.deps, [session_id]) as w:
+            closed = await repo.close_stale_of_session(w.conn, session_id)
+            items = await repo.take(w.conn, session_id, via=via, pending_id=pending_id)
             changed = await repo.unmark_bundles(
-                conn, session_id, sorted({*closed, *(i.pending_id for i in items)})
+                w.conn, session_id, sorted({*closed, *(i.pending_id for i in items)})
             )
             if changed:
-                await tasks.bump_pending_seqs(conn, [session_id])
-            session = await tasks.get_session(conn, session_id) if changed else None
+                w.touch(session_id)
+                task_id = (await tasks.get_session(w.conn, session_id)).task_id
+                w.publish_messages(task_id, session_id, "message.updated", changed)
         for item in items:
             log.info(
                 "inbox item delivered",
                 extra={"event": "inbox.delivered", "pending_id": item.pending_id, "via": via},
             )
-        if session is not None:
-            for message_id in changed:
-                await publish_session_change(
-                    self.deps.bus,
-                    task_id=session.task_id,
-                    session_id=session_id,
-                    kind="message.updated",
-                    message_id=message_id,
-                )
         return items
 
     async def for_bundle(self, pending_id: str) -> tuple[InboxItem, bool] | None:
