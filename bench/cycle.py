@@ -39,8 +39,8 @@ import asyncpg  # type: ignore[import-untyped]
 import httpx
 from sqlalchemy.engine import make_url
 
+from backend.client.transport import Connection, GraphQLRequestError, GraphQLTransport
 from bench.common import pct, write_result
-from bench.wire import Http, Socket, WireError
 from tests.servers import drop_database, free_port, fresh_database
 
 REDIS_URL = os.environ.get("TURNWISE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -167,6 +167,10 @@ async def pg_transactions(database_url: str) -> int:
         await admin.close()
 
 
+class WireError(RuntimeError):
+    """A cycle that did not go as the protocol says."""
+
+
 # --- the cycle ----------------------------------------------------------------------------------
 
 
@@ -181,9 +185,15 @@ class Phase:
 
 
 async def agent(
-    index: int, server: Process, token: str, session_id: str, responder: Http, phases: asyncio.Queue[Phase]
+    index: int,
+    server: Process,
+    token: str,
+    session_id: str,
+    responder: GraphQLTransport,
+    phases: asyncio.Queue[Phase],
 ) -> None:
-    socket = await Socket.open(server.base_url, token)
+    ws_url = server.base_url.replace("http", "ws", 1) + "/graphql"
+    socket = await Connection.open(ws_url, token or None)
     n = 0
     try:
         while (phase := await phases.get()).stop_at:
@@ -195,24 +205,31 @@ async def agent(
                 }
                 try:
                     started = time.perf_counter()
-                    await socket.subscribe(ASK, {"s": session_id, "q": [question]})
-                    asked = (await socket.next())["askClarification"]
+                    sub = await socket.subscribe(ASK, {"s": session_id, "q": [question]})
+                    asked = (await sub.next(timeout=30))["askClarification"]
                     asked_at = time.perf_counter()
                     if asked["__typename"] != "ClarificationAsked":
                         raise WireError(f"expected ClarificationAsked, got {asked}")
                     pending_id = asked["bundle"]["pendingId"]
                     respond = asyncio.create_task(responder.execute(RESPOND, {"p": pending_id, "a": ANSWER}))
-                    outcome = (await socket.next())["askClarification"]
+                    outcome = (await sub.next(timeout=30))["askClarification"]
                     answered_at = time.perf_counter()
                     result = (await respond)["respondToClarification"]
                     if outcome["__typename"] != "ClarificationAnswered" or result["__typename"] != (
                         "ClarificationResponded"
                     ):
                         raise WireError(f"cycle ended with {outcome} / {result}")
-                except (WireError, OSError, TimeoutError, httpx.HTTPError) as exc:
+                except (
+                    WireError,
+                    GraphQLRequestError,
+                    StopAsyncIteration,
+                    OSError,
+                    TimeoutError,
+                    httpx.HTTPError,
+                ) as exc:
                     phase.errors.append(f"agent {index}: {exc}"[:300])
                     await socket.close()
-                    socket = await Socket.open(server.base_url, token)
+                    socket = await Connection.open(ws_url, token or None)
                     continue
                 if phase.record:
                     phase.cycles += 1
@@ -225,7 +242,7 @@ async def agent(
 
 async def turnwise_setup(server: Process, agents: int) -> tuple[list[tuple[str, str]], str]:
     """(session id, agent token) per agent and one user token granted every task."""
-    admin = Http(server.base_url, ADMIN_TOKEN)
+    admin = GraphQLTransport(server.base_url, ADMIN_TOKEN)
     try:
         user_id = (await admin.execute(CREATE_USER, {"n": "responder", "r": "user"}))["createUser"]["id"]
         user_token = (await admin.execute(ISSUE, {"u": user_id, "s": None}))["issueToken"]["token"]
@@ -277,7 +294,7 @@ async def measure(
         sessions, user_token = [(f"session-{a}", "") for a in range(agents)], ""
     else:
         sessions, user_token = await turnwise_setup(server, agents)
-    responder = Http(server.base_url, user_token or None, connections=agents)
+    responder = GraphQLTransport(server.base_url, user_token or None)
     queues: list[asyncio.Queue[Phase]] = [asyncio.Queue() for _ in sessions]
     tasks = [
         asyncio.create_task(agent(i, server, token or "", session_id, responder, q))
