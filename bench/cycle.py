@@ -15,9 +15,9 @@ statistics up to 10 s late), and server CPU per cycle (`/proc/<pid>/stat` of the
 workers). Then the ratios to the floor and the targets of the hot-path issue.
 
 `python -m bench cycle`; TURNWISE_CYCLE_SECONDS (measured seconds per run, default 4),
-TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"), TURNWISE_CYCLE_PROFILE (a path prefix: py-spy records the server in each measured window),
-TURNWISE_CYCLE_ONLY (run only the runs whose
-label contains it, e.g. "sqlite"; no targets then). Results: bench/results/cycle.json.
+TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"), TURNWISE_CYCLE_ONLY (run only the runs
+whose label contains it, e.g. "sqlite"; no targets then), TURNWISE_CYCLE_PROFILE (a path prefix:
+py-spy records the server over each measured window). Results: bench/results/cycle.json.
 """
 
 from __future__ import annotations
@@ -413,7 +413,7 @@ def summary(r: dict[str, Any]) -> str:
     return (
         f"{r['cycles_per_s']:>7} cycles/s  ask p50/p99 {r['ask_p50_ms']}/{r['ask_p99_ms']} ms  "
         f"respond->answered p50/p99 {r['answered_p50_ms']}/{r['answered_p99_ms']} ms  "
-        f"xact/cycle {r['transactions_per_cycle']} (pings {r['of_which_pre_pings_per_cycle']}, "
+        f"xact/cycle {r['transactions_per_cycle']} (idle pings {r['of_which_pre_pings_per_cycle']}, "
         f"pg_stat {r['pg_stat_transactions_per_cycle']})  "
         f"stmt/cycle {r['statements_per_cycle']}  "
         f"cpu {r['cpu_ms_per_cycle']} ms/cycle  errors {r['errors']}"
