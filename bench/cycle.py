@@ -374,8 +374,21 @@ def start_profiler(server: Process, agents: int, seconds: float) -> subprocess.P
     out = f"{prefix}-{server.kind}-{dialect}-{agents}-w{workers}.txt"
     spy = Path(sys.executable).with_name("py-spy")
     return subprocess.Popen(
-        [str(spy), "record", "-p", str(server.proc.pid), "-d", str(int(seconds)), "-r", "250",
-         "-f", "raw", "-o", out, "--subprocesses"],
+        [
+            str(spy),
+            "record",
+            "-p",
+            str(server.proc.pid),
+            "-d",
+            str(int(seconds)),
+            "-r",
+            "250",
+            "-f",
+            "raw",
+            "-o",
+            out,
+            "--subprocesses",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
