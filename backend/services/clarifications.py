@@ -409,7 +409,9 @@ class Clarifications:
         async with uow(self.deps, [claim.session_id], hold=True) as w:
             settled = await repo.settle_claim(w.conn, claim.message_ids, claim.claim_id)
             if settled and await tasks.mark_running_when_unblocked(w.conn, claim.session_id, bump=True):
-                w.touched_and_bumped(claim.session_id, task_id=claim.task_id)
+                # The claim already took the rows out of pending (and reconciled the summary); waiting
+                # -> running and a settled intent leave the pending action as it is.
+                w.touched_and_bumped(claim.session_id, task_id=claim.task_id, pending_action_kept=True)
             w.publish_messages(claim.task_id, claim.session_id, "message.updated", [r.id for r in settled])
         return settled, w
 

@@ -51,6 +51,9 @@ class Work:
     # change), and the tasks of touched sessions the caller already knows: both spare a statement.
     bumped: set[str] = field(default_factory=set)
     task_of: dict[str, str] = field(default_factory=dict)
+    # Touched sessions whose write provably left their pending action as it was (see `touch`): their
+    # tasks' summaries need no reconciliation for it.
+    neutral: set[str] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
     # Filled at commit: the task summaries this unit wrote, and whether every touched task's summary
     # is provably current (then its events tell the live projector so).
@@ -64,18 +67,27 @@ class Work:
             await locks.lock_sessions(self.conn, wanted)
             self.locked.update(wanted)
 
-    def touch(self, *session_ids: str, task_id: str | None = None) -> None:
+    def touch(self, *session_ids: str, task_id: str | None = None, pending_action_kept: bool = False) -> None:
         """These sessions' projections may have changed: bump their sequence at commit (`task_id`:
-        the task they belong to, when the caller knows it)."""
+        the task they belong to, when the caller knows it). `pending_action_kept`: the write changed
+        only what the pending action does not depend on (a live state for another live state, a
+        settled delivery intent), so the tasks' summaries are not reconciled for it; any other write
+        touching the same session in this unit clears it."""
         for session_id in session_ids:
+            if session_id not in self.touched and pending_action_kept:
+                self.neutral.add(session_id)
+            elif not pending_action_kept:
+                self.neutral.discard(session_id)
             self.touched[session_id] = None
             if task_id is not None:
                 self.task_of[session_id] = task_id
 
-    def touched_and_bumped(self, session_id: str, *, task_id: str | None = None) -> None:
+    def touched_and_bumped(
+        self, session_id: str, *, task_id: str | None = None, pending_action_kept: bool = False
+    ) -> None:
         """This session's projection changed and the write that changed it also bumped its sequence
         (`tasks.set_session_state(..., bump=True)`): touched, but not bumped again at commit."""
-        self.touch(session_id, task_id=task_id)
+        self.touch(session_id, task_id=task_id, pending_action_kept=pending_action_kept)
         self.bumped.add(session_id)
 
     def publish(
@@ -106,12 +118,16 @@ async def uow(deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False
         if work.touched:
             touched = list(work.touched)
             await tasks.bump_pending_seqs(conn, [s for s in touched if s not in work.bumped])
-            work.summaries, work.projected = await project_in_transaction(
-                conn,
-                touched,
-                task_of={**{e.session_id: e.task_id for e in work.events}, **work.task_of},
-                fault_points=deps.settings.fault_points,
-            )
+            changed = [s for s in touched if s not in work.neutral]
+            if changed:
+                work.summaries, work.projected = await project_in_transaction(
+                    conn,
+                    changed,
+                    task_of={**{e.session_id: e.task_id for e in work.events}, **work.task_of},
+                    fault_points=deps.settings.fault_points,
+                )
+            else:
+                work.projected = True  # no pending action moved: every summary is as current as before
     if not hold:
         await flush(deps, work)
 

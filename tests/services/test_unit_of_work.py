@@ -232,3 +232,34 @@ async def test_a_write_brings_its_tasks_existing_summary_up_to_date_in_its_own_t
             assert seen
             assert all(e.get("projected") is True for e in seen)
             await agent.close()
+
+
+async def test_a_touch_that_keeps_the_pending_action_skips_the_summary_but_still_bumps(db: Database) -> None:
+    async with running(db) as svc:
+        task_id, session_id = await new_session(svc)
+        before = await sequences(db, session_id)
+
+        async def commit_cost(*, kept: bool, also_plain: bool = False) -> int:
+            async with uow(svc.deps, [session_id]) as w:
+                w.touch(session_id, task_id=task_id, pending_action_kept=kept)
+                if also_plain:
+                    w.touch(session_id)
+                start = db.statements
+            return db.statements - start
+
+        plain = await commit_cost(kept=False)
+        kept = await commit_cost(kept=True)
+        mixed = await commit_cost(kept=True, also_plain=True)
+        # The bump alone, against the bump plus the summaries' lock and projection.
+        assert kept == 1
+        assert plain > kept
+        assert mixed == plain  # another write to the same session reconciles as usual
+        assert await sequences(db, session_id) == [before[0] + 3]
+
+        async with events_of(svc) as queue:
+            async with uow(svc.deps, [session_id]) as w:
+                w.touch(session_id, task_id=task_id, pending_action_kept=True)
+                w.publish(task_id, session_id, "session.state")
+            (event,) = await until_sentinel(svc, queue)
+        # The live projector is told the summaries are current: nothing moved them.
+        assert event["projected"] is True
