@@ -1,11 +1,16 @@
-"""Field execution without per-field resolver machinery for plain attributes.
+"""Completing plain attribute fields without graphql-core's per-field machinery.
 
 Strawberry gives every field a resolver, even one that only reads an attribute, and graphql-core
-builds a resolve-info object for each call. A list of 1,000 tasks with their sessions is about
-20,000 such fields, which cost more than reading the rows. This executor reads a plain field's
-attribute directly and completes the value as graphql-core would; anything out of the ordinary
-(a resolver, arguments, field middleware, an awaitable or missing value in a non-null field, a
-completion error) takes graphql-core's own path, which also reports errors exactly as before.
+builds a path, a resolve-info object and about eight nested calls for each field and each object.
+A list of 1,000 tasks with their sessions is about 20,000 fields, which cost more than reading the
+rows. This executor compiles, once per request and selection, a completion for values whose whole
+selection is plain: scalars and enums read from attributes (Strawberry's default resolver, no
+arguments), objects without an `is_type_of` check, lists of those, `__typename`. Such a value is
+completed directly. Anything out of the ordinary (a resolver, a directive other than
+@include/@skip, field middleware, a null in a non-null position, a value of another type, a
+coercion failure) abandons the shortcut for that value and takes graphql-core's own path from the
+start, which reads the same attributes again (plain reads have no side effects) and reports errors
+exactly as it always did.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from graphql import (
     GraphQLField,
     GraphQLLeafType,
+    GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
     GraphQLOutputType,
@@ -27,15 +33,24 @@ from graphql import (
     is_leaf_type,
     is_object_type,
 )
-from graphql.execution.collect_fields import GroupedFieldSet
+from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import Path, Undefined, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
+from strawberry.types.base import StrawberryObjectDefinition
 from strawberry.types.field import StrawberryField
 
-_UNSET = object()
-# Values a leaf reads as they are: never awaitable, never an error to raise.
+Completion = Callable[[Any], Any]
+
+# Values a leaf takes as they are: never awaitable, never an error to raise.
 _PLAIN_VALUES = frozenset({str, int, float, bool, dt.datetime, dt.date})
+# Directives fully applied when fields are collected; any other one keeps graphql-core's path.
+_COLLECTION_DIRECTIVES = frozenset({"include", "skip"})
+_NOT_COMPILED = object()
+
+
+class Abandon(Exception):
+    """The value is not plain after all: graphql-core completes it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +59,6 @@ class Plain:
 
     attr: str
     return_type: GraphQLOutputType
-    non_null: bool
-    # Exactly one of these: a scalar or enum, or an object type without an `is_type_of` check.
-    leaf: GraphQLLeafType | None
-    object_type: GraphQLObjectType | None
 
 
 def plain_field(field: GraphQLField) -> Plain | None:
@@ -58,18 +69,7 @@ def plain_field(field: GraphQLField) -> Plain | None:
         return None
     if definition.default_resolver is not getattr or not definition.python_name:
         return None
-    inner = field.type.of_type if isinstance(field.type, GraphQLNonNull) else field.type
-    leaf = inner if is_leaf_type(inner) else None
-    obj = inner if is_object_type(inner) and inner.is_type_of is None else None  # type: ignore[union-attr]
-    if leaf is None and obj is None:
-        return None
-    return Plain(
-        attr=definition.python_name,
-        return_type=field.type,
-        non_null=isinstance(field.type, GraphQLNonNull),
-        leaf=leaf,  # type: ignore[arg-type]
-        object_type=obj,  # type: ignore[arg-type]
-    )
+    return Plain(attr=definition.python_name, return_type=field.type)
 
 
 _plain_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[GraphQLObjectType, dict[str, Plain]]] = (
@@ -91,12 +91,140 @@ def plain_fields(schema: GraphQLSchema) -> dict[GraphQLObjectType, dict[str, Pla
     return known
 
 
+def _origin(object_type: GraphQLObjectType) -> type | None:
+    """The Python class of a Strawberry object type without an `is_type_of` check, else None."""
+    definition = (object_type.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if object_type.is_type_of is not None or not isinstance(definition, StrawberryObjectDefinition):
+        return None
+    return definition.origin
+
+
+def _leaf(leaf: GraphQLLeafType, non_null: bool) -> Completion:
+    coerce = leaf.coerce_output_value
+
+    def complete(value: Any) -> Any:
+        if value is None:
+            if non_null:
+                raise Abandon
+            return None
+        if type(value) not in _PLAIN_VALUES and not isinstance(value, enum.Enum):
+            raise Abandon
+        coerced = coerce(value)
+        if coerced is None or coerced is Undefined:
+            raise Abandon
+        return coerced
+
+    return complete
+
+
+def _list(item: Completion, non_null: bool) -> Completion:
+    def complete(value: Any) -> Any:
+        if value is None:
+            if non_null:
+                raise Abandon
+            return None
+        if type(value) is not list and type(value) is not tuple:
+            raise Abandon
+        return [item(v) for v in value]
+
+    return complete
+
+
+Entry = tuple[str, str | None, Completion | None]  # response name, attribute, completion (None: __typename)
+
+
+def _object(origin: type, typename: str, entries: list[Entry], non_null: bool) -> Completion:
+    def complete(value: Any) -> Any:
+        if value is None:
+            if non_null:
+                raise Abandon
+            return None
+        if type(value) is not origin:
+            raise Abandon
+        out: dict[str, Any] = {}
+        for name, attr, sub in entries:
+            out[name] = typename if sub is None else sub(getattr(value, attr))  # type: ignore[arg-type]
+        return out
+
+    return complete
+
+
 class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         manager = self.middleware_manager
         # Field middleware (an extension with a `resolve` hook) must see every field.
         self._plain = {} if manager is not None and manager.middlewares else plain_fields(self.schema)
+        # (return type, field group) -> completion or None; the group is kept alive with its entry,
+        # as graphql-core does for its own memo, so its id is not reused during the execution.
+        self._completions: dict[tuple[int, int], tuple[FieldDetailsList, Completion | None]] = {}
+
+    def completion(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
+    ) -> Completion | None:
+        key = (id(return_type), id(field_details_list))
+        known = self._completions.get(key)
+        if known is None:
+            compiled = self._compile(return_type, field_details_list) if self._plain else None
+            known = self._completions[key] = (field_details_list, compiled)
+        return known[1]
+
+    def _compile(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
+    ) -> Completion | None:
+        for details in field_details_list:
+            if details.defer_usage is not None or details.fragment_variable_values is not None:
+                return None
+            if any(d.name.value not in _COLLECTION_DIRECTIVES for d in details.node.directives or ()):
+                return None
+        non_null = isinstance(return_type, GraphQLNonNull)
+        inner = return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type
+        if is_leaf_type(inner):
+            return _leaf(inner, non_null)
+        if isinstance(inner, GraphQLList):
+            item = self.completion(inner.of_type, field_details_list)
+            return None if item is None else _list(item, non_null)
+        if not is_object_type(inner):
+            return None
+        origin = _origin(inner)
+        fields = self._plain.get(inner)
+        if origin is None or fields is None:
+            return None
+        grouped, defer_usages, _ = self.collect_subfields(inner, field_details_list)
+        if defer_usages:
+            return None
+        entries: list[Entry] = []
+        for response_name, sub_details in grouped.items():
+            node = sub_details[0].node
+            if node.name.value == "__typename":
+                entries.append((response_name, None, None))
+                continue
+            spec = fields.get(node.name.value)
+            if spec is None or node.arguments:
+                return None
+            sub = self.completion(spec.return_type, sub_details)
+            if sub is None:
+                return None
+            entries.append((response_name, spec.attr, sub))
+        return _object(origin, inner.name, entries, non_null)
+
+    def complete_value(
+        self,
+        return_type: GraphQLOutputType,
+        field_details_list: FieldDetailsList,
+        info: Any,
+        path: Path,
+        result: Any,
+        position_context: Any,
+    ) -> Any:
+        # Values a resolver returned (a list of sessions, say), and graphql-core's own recursion.
+        complete = self.completion(return_type, field_details_list)
+        if complete is not None:
+            try:
+                return complete(result)
+            except Exception:  # noqa: BLE001 - not plain after all: graphql-core's path from the start
+                pass
+        return super().complete_value(return_type, field_details_list, info, path, result, position_context)
 
     def execute_fields(
         self,
@@ -106,11 +234,12 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         grouped_field_set: GroupedFieldSet,
         position_context: Any,
     ) -> Any:
-        """graphql-core's loop, except that a plain scalar or enum field whose attribute holds an
-        ordinary value is completed in place (no path, resolver, info or awaitable check)."""
+        """graphql-core's loop, except that a plain field is read and completed in place."""
         fields = self._plain.get(parent_type)
         if fields is None:
-            return super().execute_fields(parent_type, source_value, path, grouped_field_set, position_context)
+            return super().execute_fields(
+                parent_type, source_value, path, grouped_field_set, position_context
+            )
         results: dict[str, Any] = {}
         is_awaitable = self.is_awaitable
         awaitable_fields: list[str] = []
@@ -118,11 +247,14 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
             for response_name, field_details_list in grouped_field_set.items():
                 node = field_details_list[0].node
                 spec = fields.get(node.name.value)
-                if spec is not None and spec.leaf is not None and not node.arguments:
-                    value = self._leaf(spec, spec.leaf, source_value)
-                    if value is not _UNSET:
-                        results[response_name] = value
-                        continue
+                if spec is not None and not node.arguments:
+                    complete = self.completion(spec.return_type, field_details_list)
+                    if complete is not None:
+                        try:
+                            results[response_name] = complete(getattr(source_value, spec.attr))
+                            continue
+                        except Exception:  # noqa: BLE001 - graphql-core's path from the start
+                            pass
                 result = self.execute_field(
                     parent_type,
                     source_value,
@@ -151,65 +283,3 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
             return results
 
         return get_results()
-
-    @staticmethod
-    def _leaf(spec: Plain, leaf: GraphQLLeafType, source: Any) -> Any:
-        """The completed value, or _UNSET for graphql-core's own path (which reads it again and
-        reports any error as it always did)."""
-        try:
-            value = getattr(source, spec.attr)
-            if value is None:
-                return _UNSET if spec.non_null else None
-            if type(value) not in _PLAIN_VALUES and not isinstance(value, enum.Enum):
-                return _UNSET
-            coerced = leaf.coerce_output_value(value)
-        except Exception:
-            return _UNSET
-        return _UNSET if coerced is None or coerced is Undefined else coerced
-
-    def execute_field(
-        self,
-        parent_type: GraphQLObjectType,
-        source: Any,
-        field_details_list: Any,
-        path: Path,
-        position_context: Any,
-    ) -> Any:
-        fields = self._plain.get(parent_type)
-        spec = None if fields is None else fields.get(field_details_list[0].node.name.value)
-        if spec is None or field_details_list[0].node.arguments:
-            return super().execute_field(parent_type, source, field_details_list, path, position_context)
-        try:
-            value = getattr(source, spec.attr)
-        except Exception:
-            value = _UNSET
-        if value is None and not spec.non_null:
-            return None
-        if value is None or value is _UNSET or self.is_awaitable(value) or isinstance(value, Exception):
-            return super().execute_field(parent_type, source, field_details_list, path, position_context)
-        try:
-            if spec.leaf is not None:
-                return self.complete_leaf_value(spec.leaf, value)
-            completed = self.complete_object_value(
-                spec.object_type,  # type: ignore[arg-type]
-                field_details_list,
-                None,  # type: ignore[arg-type]  # read by `is_type_of` only, which plain types lack
-                path,
-                value,
-                position_context,
-            )
-        except Exception as raw_error:
-            self.handle_field_error(raw_error, spec.return_type, field_details_list, path)
-            return None
-        if self.is_awaitable(completed):
-            return self._settle(completed, spec.return_type, field_details_list, path)
-        return completed
-
-    async def _settle(
-        self, completed: Awaitable[Any], return_type: GraphQLOutputType, field_details_list: Any, path: Path
-    ) -> Any:
-        try:
-            return await completed
-        except Exception as raw_error:
-            self.handle_field_error(raw_error, return_type, field_details_list, path)
-            return None
