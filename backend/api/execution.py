@@ -46,7 +46,7 @@ Completion = Callable[[Any], Any]
 _PLAIN_VALUES = frozenset({str, int, float, bool, dt.datetime, dt.date})
 # Directives fully applied when fields are collected; any other one keeps graphql-core's path.
 _COLLECTION_DIRECTIVES = frozenset({"include", "skip"})
-_NOT_COMPILED = object()
+_MEMO_BOUND = 4096
 
 
 class Abandon(Exception):
@@ -156,8 +156,11 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         # Field middleware (an extension with a `resolve` hook) must see every field.
         self._plain = {} if manager is not None and manager.middlewares else plain_fields(self.schema)
         # (return type, field group) -> completion or None; the group is kept alive with its entry,
-        # as graphql-core does for its own memo, so its id is not reused during the execution.
+        # as graphql-core does for its own memo, so its id is not reused while the entry exists.
         self._completions: dict[tuple[int, int], tuple[FieldDetailsList, Completion | None]] = {}
+        # The same by the group's field nodes: a subscription's executor for each event collects new
+        # groups from the same document, and compiles once per subscription instead of per event.
+        self._by_nodes: dict[tuple[int, ...], tuple[FieldDetailsList, Completion | None]] = {}
 
     def completion(
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
@@ -165,9 +168,27 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         key = (id(return_type), id(field_details_list))
         known = self._completions.get(key)
         if known is None:
-            compiled = self._compile(return_type, field_details_list) if self._plain else None
-            known = self._completions[key] = (field_details_list, compiled)
+            known = self._by_group_nodes(return_type, field_details_list)
+            if len(self._completions) >= _MEMO_BOUND:  # new groups for every subscription event
+                self._completions.clear()
+            self._completions[key] = known
         return known[1]
+
+    def _by_group_nodes(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
+    ) -> tuple[FieldDetailsList, Completion | None]:
+        if not self._plain or any(
+            d.defer_usage is not None or d.fragment_variable_values is not None for d in field_details_list
+        ):
+            return (field_details_list, None)
+        nodes = (id(return_type), *(id(d.node) for d in field_details_list))
+        known = self._by_nodes.get(nodes)
+        if known is None:
+            known = self._by_nodes[nodes] = (
+                field_details_list,
+                self._compile(return_type, field_details_list),
+            )
+        return known
 
     def _compile(
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -124,9 +125,18 @@ class Query:
         return rows(kind)
 
 
+@strawberry.type
+class Subscription:
+    @strawberry.subscription
+    async def items(self, kind: str) -> AsyncGenerator[Item, None]:
+        for i, value in enumerate(rows(kind)):
+            yield value if i != 3 else item(3, title=None)
+
+
 def schema(executor: type[StrawberryGraphQLCoreExecutionContext]) -> strawberry.Schema:
     return strawberry.Schema(
         query=Query,
+        subscription=Subscription,
         types=[Pet],
         config=StrawberryConfig(scalar_map={dt.datetime: DateTime}),
         execution_context_class=executor,
@@ -185,6 +195,24 @@ async def test_same_result_as_graphql_core(name: str, kind: str, root: str) -> N
     plain = await run(schema(PlainFieldExecutor), query)
     reference = await run(schema(StrawberryGraphQLCoreExecutionContext), query)
     assert plain == reference
+
+
+async def events(s: strawberry.Schema, query: str) -> list[str]:
+    out = []
+    async for result in await s.subscribe(query):
+        data = {"data": result.data, "errors": [e.formatted for e in result.errors or []]}
+        out.append(json.dumps(data, default=str))
+    return out
+
+
+async def test_subscription_events_same_as_graphql_core() -> None:
+    """Each event's executor completes the payload, a null in a non-null field included."""
+    query = 'subscription { items(kind: "good") { id title rev { epoch sequence } tags } }'
+    plain = await events(schema(PlainFieldExecutor), query)
+    reference = await events(schema(StrawberryGraphQLCoreExecutionContext), query)
+    assert plain == reference
+    assert len(plain) == 6
+    assert "Cannot return null" in plain[3]
 
 
 class Counting(PlainFieldExecutor):
