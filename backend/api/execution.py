@@ -33,6 +33,7 @@ from graphql import (
     is_leaf_type,
     is_object_type,
 )
+from graphql.execution import Executor
 from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import Path, Undefined, gather_with_cancel
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
@@ -46,7 +47,6 @@ Completion = Callable[[Any], Any]
 _PLAIN_VALUES = frozenset({str, int, float, bool, dt.datetime, dt.date})
 # Directives fully applied when fields are collected; any other one keeps graphql-core's path.
 _COLLECTION_DIRECTIVES = frozenset({"include", "skip"})
-_MEMO_BOUND = 4096
 
 
 class Abandon(Exception):
@@ -75,6 +75,26 @@ def plain_field(field: GraphQLField) -> Plain | None:
 _plain_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[GraphQLObjectType, dict[str, Plain]]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+# Completions hold nothing of a request: one per shape, shared by every executor of the schema (a
+# thousand subscriptions of one document hold one), bounded against clients sending endless shapes.
+_SHARED_BOUND = 4096
+_shared_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[tuple[Any, ...], Completion]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _shared(schema: GraphQLSchema, key: tuple[Any, ...], make: Callable[[], Completion]) -> Completion:
+    table = _shared_by_schema.get(schema)
+    if table is None:
+        table = _shared_by_schema[schema] = {}
+    known = table.get(key)
+    if known is None:
+        if len(table) >= _SHARED_BOUND:
+            table.clear()
+        known = table[key] = make()
+    return known
 
 
 def plain_fields(schema: GraphQLSchema) -> dict[GraphQLObjectType, dict[str, Plain]]:
@@ -162,6 +182,12 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         # groups from the same document, and compiles once per subscription instead of per event.
         self._by_nodes: dict[tuple[int, ...], tuple[FieldDetailsList, Completion | None]] = {}
 
+    def build_per_event_executor(self, payload: Any) -> Executor[Any]:
+        # Shares the compiled completions; its own groups are forgotten with the event.
+        executor = super().build_per_event_executor(payload)
+        executor._completions = {}  # type: ignore[attr-defined]
+        return executor
+
     def completion(
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
     ) -> Completion | None:
@@ -169,8 +195,6 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         known = self._completions.get(key)
         if known is None:
             known = self._by_group_nodes(return_type, field_details_list)
-            if len(self._completions) >= _MEMO_BOUND:  # new groups for every subscription event
-                self._completions.clear()
             self._completions[key] = known
         return known[1]
 
@@ -181,6 +205,8 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
             d.defer_usage is not None or d.fragment_variable_values is not None for d in field_details_list
         ):
             return (field_details_list, None)
+        if is_leaf_type(return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type):
+            return (field_details_list, self._compile(return_type, field_details_list))  # shared anyway
         nodes = (id(return_type), *(id(d.node) for d in field_details_list))
         known = self._by_nodes.get(nodes)
         if known is None:
@@ -201,10 +227,13 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         non_null = isinstance(return_type, GraphQLNonNull)
         inner = return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type
         if is_leaf_type(inner):
-            return _leaf(inner, non_null)
+            leaf = inner
+            return _shared(self.schema, ("leaf", leaf, non_null), lambda: _leaf(leaf, non_null))
         if isinstance(inner, GraphQLList):
             item = self.completion(inner.of_type, field_details_list)
-            return None if item is None else _list(item, non_null)
+            if item is None:
+                return None
+            return _shared(self.schema, ("list", item, non_null), lambda: _list(item, non_null))
         if not is_object_type(inner):
             return None
         origin = _origin(inner)
@@ -227,7 +256,12 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
             if sub is None:
                 return None
             entries.append((response_name, spec.attr, sub))
-        return _object(origin, inner.name, entries, non_null)
+        name = inner.name
+        return _shared(
+            self.schema,
+            ("object", origin, name, tuple(entries), non_null),
+            lambda: _object(origin, name, entries, non_null),
+        )
 
     def complete_value(
         self,
