@@ -153,7 +153,7 @@ async def tasks_bench(dialect: str) -> dict[str, Any]:
                     )
                     assert len(r.json()["data"]["tasks"]) == TASKS
 
-                whole = await timed(graphql, repeat=5, warmup=1)
+                whole = await timed(graphql, repeat=15, warmup=3)  # as many as the read
         gc.unfreeze()
         gc.set_threshold(*thresholds)
         return {
