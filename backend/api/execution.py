@@ -194,7 +194,10 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         key = (id(return_type), id(field_details_list))
         known = self._completions.get(key)
         if known is None:
-            known = self._by_group_nodes(return_type, field_details_list)
+            try:
+                known = self._by_group_nodes(return_type, field_details_list)
+            except Exception:  # noqa: BLE001 - e.g. collecting sub-fields: graphql-core raises it in place
+                known = (field_details_list, None)
             self._completions[key] = known
         return known[1]
 
