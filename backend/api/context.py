@@ -26,6 +26,9 @@ class Context:
     active_bundle_by_session: DataLoader[str, Bundle | None] = field(init=False)
     # Task list / boot: summaries reconciled together with the session projections they derive from.
     task_views: DataLoader[str, TaskView | None] = field(init=False)
+    # Projections read with task views, answered by `pending_by_session` without another read (a
+    # plain map rather than thousands of primed futures, most of which nothing asks for).
+    _viewed_projections: dict[str, SessionPending] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pending_by_session = DataLoader(load_fn=self._load_pending)
@@ -40,9 +43,9 @@ class Context:
 
     async def _load_task_views(self, task_ids: list[str]) -> list[TaskView | None]:
         views = await self.services.summaries.reconcile(task_ids)
+        viewed = self._viewed_projections
         for view in views.values():
-            for session_id, projection in view.projections.items():
-                self.pending_by_session.prime(session_id, projection)
+            viewed.update(view.projections)
         return [views.get(t) for t in task_ids]
 
     async def _load_active_bundles(self, session_ids: list[str]) -> list[Bundle | None]:
@@ -50,5 +53,7 @@ class Context:
         return [bundles.get(s) for s in session_ids]
 
     async def _load_pending(self, session_ids: list[str]) -> list[SessionPending | None]:
-        projections = await self.services.reads.pending_for_sessions(session_ids)
-        return [projections.get(s) for s in session_ids]
+        viewed = self._viewed_projections
+        unread = [s for s in session_ids if s not in viewed]
+        projections = await self.services.reads.pending_for_sessions(unread) if unread else {}
+        return [viewed[s] if s in viewed else projections.get(s) for s in session_ids]

@@ -26,6 +26,7 @@ from backend.api.clarifications import (
     ClarificationSubscriptions,
 )
 from backend.api.errors import ErrorPolicy
+from backend.api.execution import PlainFieldExecutor
 from backend.api.hygiene import TextHygiene
 from backend.api.limits import max_query_bytes
 from backend.api.live import LiveSubscriptions
@@ -83,6 +84,8 @@ def build_schema(
         mutation=Mutation,
         subscription=Subscription,
         config=StrawberryConfig(scalar_map={dt.datetime: DateTime}),
+        # Plain attribute fields are read directly instead of through a resolver call each.
+        execution_context_class=PlainFieldExecutor,
         # Factories, not instances: each operation gets its own extension state. Parsed documents and
         # their validation results are cached (bounded LRU, 128 documents each); the cache runs before
         # TextHygiene, whose per-request variable check may still refuse the operation.

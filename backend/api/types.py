@@ -46,8 +46,17 @@ class MessageEventKind(enum.Enum):
     DELETED = "deleted"
 
 
+_PENDING_KINDS = {k.value: k for k in PendingActionKind}
+_SESSION_STATES = {s.value: s for s in SessionState}
+
+
 def pending_kind(value: str | None) -> PendingActionKind | None:
-    return None if value is None else PendingActionKind(value)
+    # A map lookup first: thousands per task list; an unknown value still raises as the enum does.
+    return None if value is None else _PENDING_KINDS.get(value) or PendingActionKind(value)
+
+
+def session_state(value: str) -> SessionState:
+    return _SESSION_STATES.get(value) or SessionState(value)
 
 
 @strawberry.type
@@ -245,7 +254,7 @@ class TaskSession:
             projection=projection,
             id=strawberry.ID(record.id),
             task_id=strawberry.ID(record.task_id),
-            state=SessionState(record.state),
+            state=session_state(record.state),
             is_primary=record.is_primary,
             input_capable=record.input_capable,
             created_at=record.created_at,

@@ -1,0 +1,343 @@
+"""Completing plain attribute fields without graphql-core's per-field machinery.
+
+Strawberry gives every field a resolver, even one that only reads an attribute, and graphql-core
+builds a path, a resolve-info object and about eight nested calls for each field and each object.
+A list of 1,000 tasks with their sessions is about 20,000 fields, which cost more than reading the
+rows. This executor compiles, once per request and selection, a completion for values whose whole
+selection is plain: scalars and enums read from attributes (Strawberry's default resolver, no
+arguments), objects without an `is_type_of` check, lists of those, `__typename`. Such a value is
+completed directly. Anything out of the ordinary (a resolver, a directive other than
+@include/@skip, field middleware, a null in a non-null position, a value of another type, a
+coercion failure) abandons the shortcut for that value and takes graphql-core's own path from the
+start, which reads the same attributes again (plain reads have no side effects) and reports errors
+exactly as it always did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from graphql import (
+    GraphQLField,
+    GraphQLLeafType,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLSchema,
+    is_leaf_type,
+    is_object_type,
+)
+from graphql.execution import Executor
+from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
+from graphql.pyutils import Path, Undefined, gather_with_cancel
+from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
+from strawberry.schema.schema_converter import GraphQLCoreConverter
+from strawberry.types.base import StrawberryObjectDefinition
+from strawberry.types.field import StrawberryField
+
+Completion = Callable[[Any], Any]
+
+# Values a leaf takes as they are: never awaitable, never an error to raise.
+_PLAIN_VALUES = frozenset({str, int, float, bool, dt.datetime, dt.date})
+# Directives fully applied when fields are collected; any other one keeps graphql-core's path.
+_COLLECTION_DIRECTIVES = frozenset({"include", "skip"})
+
+
+class Abandon(Exception):
+    """The value is not plain after all: graphql-core completes it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plain:
+    """A field that returns an attribute of its source as it is (Strawberry's default resolver)."""
+
+    attr: str
+    return_type: GraphQLOutputType
+
+
+def plain_field(field: GraphQLField) -> Plain | None:
+    definition = (field.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if not isinstance(definition, StrawberryField) or field.args or field.resolve is None:
+        return None
+    if not getattr(field.resolve, "_is_default", False) or not definition.is_basic_field:
+        return None
+    if definition.default_resolver is not getattr or not definition.python_name:
+        return None
+    return Plain(attr=definition.python_name, return_type=field.type)
+
+
+_plain_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[GraphQLObjectType, dict[str, Plain]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+# Completions hold nothing of a request: one per shape, shared by every executor of the schema (a
+# thousand subscriptions of one document hold one), bounded against clients sending endless shapes.
+_SHARED_BOUND = 4096
+_shared_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[tuple[Any, ...], Completion]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _shared(schema: GraphQLSchema, key: tuple[Any, ...], make: Callable[[], Completion]) -> Completion:
+    table = _shared_by_schema.get(schema)
+    if table is None:
+        table = _shared_by_schema[schema] = {}
+    known = table.get(key)
+    if known is None:
+        if len(table) >= _SHARED_BOUND:
+            table.clear()
+        known = table[key] = make()
+    return known
+
+
+def plain_fields(schema: GraphQLSchema) -> dict[GraphQLObjectType, dict[str, Plain]]:
+    """Per object type, its plain fields by name; worked out once per schema."""
+    known = _plain_by_schema.get(schema)
+    if known is None:
+        known = {}
+        for named in schema.type_map.values():
+            if isinstance(named, GraphQLObjectType):
+                fields = {name: p for name, f in named.fields.items() if (p := plain_field(f)) is not None}
+                if fields:
+                    known[named] = fields
+        _plain_by_schema[schema] = known
+    return known
+
+
+def _origin(object_type: GraphQLObjectType) -> type | None:
+    """The Python class of a Strawberry object type without an `is_type_of` check, else None."""
+    definition = (object_type.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if object_type.is_type_of is not None or not isinstance(definition, StrawberryObjectDefinition):
+        return None
+    return definition.origin
+
+
+def _leaf(leaf: GraphQLLeafType, non_null: bool) -> Completion:
+    coerce = leaf.coerce_output_value
+
+    def complete(value: Any) -> Any:
+        if value is None:
+            if non_null:
+                raise Abandon
+            return None
+        if type(value) not in _PLAIN_VALUES and not isinstance(value, enum.Enum):
+            raise Abandon
+        coerced = coerce(value)
+        if coerced is None or coerced is Undefined:
+            raise Abandon
+        return coerced
+
+    return complete
+
+
+def _list(item: Completion, non_null: bool) -> Completion:
+    def complete(value: Any) -> Any:
+        if value is None:
+            if non_null:
+                raise Abandon
+            return None
+        if type(value) is not list and type(value) is not tuple:
+            raise Abandon
+        return [item(v) for v in value]
+
+    return complete
+
+
+Entry = tuple[str, str | None, Completion | None]  # response name, attribute, completion (None: __typename)
+
+
+def _object(origin: type, typename: str, entries: list[Entry], non_null: bool) -> Completion:
+    def complete(value: Any) -> Any:
+        if value is None:
+            if non_null:
+                raise Abandon
+            return None
+        if type(value) is not origin:
+            raise Abandon
+        out: dict[str, Any] = {}
+        for name, attr, sub in entries:
+            out[name] = typename if sub is None else sub(getattr(value, attr))  # type: ignore[arg-type]
+        return out
+
+    return complete
+
+
+class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        manager = self.middleware_manager
+        # Field middleware (an extension with a `resolve` hook) must see every field.
+        self._plain = {} if manager is not None and manager.middlewares else plain_fields(self.schema)
+        # (return type, field group) -> completion or None; the group is kept alive with its entry,
+        # as graphql-core does for its own memo, so its id is not reused while the entry exists.
+        self._completions: dict[tuple[int, int], tuple[FieldDetailsList, Completion | None]] = {}
+        # The same by the group's field nodes: a subscription's executor for each event collects new
+        # groups from the same document, and compiles once per subscription instead of per event.
+        self._by_nodes: dict[tuple[int, ...], tuple[FieldDetailsList, Completion | None]] = {}
+
+    def build_per_event_executor(self, payload: Any) -> Executor[Any]:
+        # Shares the compiled completions; its own groups are forgotten with the event.
+        executor = super().build_per_event_executor(payload)
+        executor._completions = {}  # type: ignore[attr-defined]
+        return executor
+
+    def completion(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
+    ) -> Completion | None:
+        key = (id(return_type), id(field_details_list))
+        known = self._completions.get(key)
+        if known is None:
+            try:
+                known = self._by_group_nodes(return_type, field_details_list)
+            except Exception:  # noqa: BLE001 - e.g. collecting sub-fields: graphql-core raises it in place
+                known = (field_details_list, None)
+            self._completions[key] = known
+        return known[1]
+
+    def _by_group_nodes(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
+    ) -> tuple[FieldDetailsList, Completion | None]:
+        if not self._plain or any(
+            d.defer_usage is not None or d.fragment_variable_values is not None for d in field_details_list
+        ):
+            return (field_details_list, None)
+        if is_leaf_type(return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type):
+            return (field_details_list, self._compile(return_type, field_details_list))  # shared anyway
+        nodes = (id(return_type), *(id(d.node) for d in field_details_list))
+        known = self._by_nodes.get(nodes)
+        if known is None:
+            known = self._by_nodes[nodes] = (
+                field_details_list,
+                self._compile(return_type, field_details_list),
+            )
+        return known
+
+    def _compile(
+        self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList
+    ) -> Completion | None:
+        for details in field_details_list:
+            if details.defer_usage is not None or details.fragment_variable_values is not None:
+                return None
+            if any(d.name.value not in _COLLECTION_DIRECTIVES for d in details.node.directives or ()):
+                return None
+        non_null = isinstance(return_type, GraphQLNonNull)
+        inner = return_type.of_type if isinstance(return_type, GraphQLNonNull) else return_type
+        if is_leaf_type(inner):
+            leaf = inner
+            return _shared(self.schema, ("leaf", leaf, non_null), lambda: _leaf(leaf, non_null))
+        if isinstance(inner, GraphQLList):
+            item = self.completion(inner.of_type, field_details_list)
+            if item is None:
+                return None
+            return _shared(self.schema, ("list", item, non_null), lambda: _list(item, non_null))
+        if not is_object_type(inner):
+            return None
+        origin = _origin(inner)
+        fields = self._plain.get(inner)
+        if origin is None or fields is None:
+            return None
+        grouped, defer_usages, _ = self.collect_subfields(inner, field_details_list)
+        if defer_usages:
+            return None
+        entries: list[Entry] = []
+        for response_name, sub_details in grouped.items():
+            node = sub_details[0].node
+            if node.name.value == "__typename":
+                entries.append((response_name, None, None))
+                continue
+            spec = fields.get(node.name.value)
+            if spec is None or node.arguments:
+                return None
+            sub = self.completion(spec.return_type, sub_details)
+            if sub is None:
+                return None
+            entries.append((response_name, spec.attr, sub))
+        name = inner.name
+        return _shared(
+            self.schema,
+            ("object", origin, name, tuple(entries), non_null),
+            lambda: _object(origin, name, entries, non_null),
+        )
+
+    def complete_value(
+        self,
+        return_type: GraphQLOutputType,
+        field_details_list: FieldDetailsList,
+        info: Any,
+        path: Path,
+        result: Any,
+        position_context: Any,
+    ) -> Any:
+        # Values a resolver returned (a list of sessions, say), and graphql-core's own recursion.
+        complete = self.completion(return_type, field_details_list)
+        if complete is not None:
+            try:
+                return complete(result)
+            except Exception:  # noqa: BLE001 - not plain after all: graphql-core's path from the start
+                pass
+        return super().complete_value(return_type, field_details_list, info, path, result, position_context)
+
+    def execute_fields(
+        self,
+        parent_type: GraphQLObjectType,
+        source_value: Any,
+        path: Path | None,
+        grouped_field_set: GroupedFieldSet,
+        position_context: Any,
+    ) -> Any:
+        """graphql-core's loop, except that a plain field is read and completed in place."""
+        fields = self._plain.get(parent_type)
+        if fields is None:
+            return super().execute_fields(
+                parent_type, source_value, path, grouped_field_set, position_context
+            )
+        results: dict[str, Any] = {}
+        is_awaitable = self.is_awaitable
+        awaitable_fields: list[str] = []
+        try:
+            for response_name, field_details_list in grouped_field_set.items():
+                node = field_details_list[0].node
+                spec = fields.get(node.name.value)
+                if spec is not None and not node.arguments:
+                    complete = self.completion(spec.return_type, field_details_list)
+                    if complete is not None:
+                        try:
+                            results[response_name] = complete(getattr(source_value, spec.attr))
+                            continue
+                        except Exception:  # noqa: BLE001 - graphql-core's path from the start
+                            pass
+                result = self.execute_field(
+                    parent_type,
+                    source_value,
+                    field_details_list,
+                    Path(path, response_name, parent_type.name),
+                    position_context,
+                )
+                if result is not Undefined:
+                    results[response_name] = result
+                    if is_awaitable(result):
+                        awaitable_fields.append(response_name)
+        except Exception:
+            if awaitable_fields:
+                self.settle_in_background([results[field] for field in awaitable_fields])
+            raise
+        if not awaitable_fields:
+            return results
+
+        async def get_results() -> dict[str, Any]:
+            if len(awaitable_fields) == 1:
+                field = awaitable_fields[0]
+                results[field] = await results[field]
+            else:
+                awaited = await gather_with_cancel(*(results[field] for field in awaitable_fields))
+                results.update(zip(awaitable_fields, awaited, strict=True))
+            return results
+
+        return get_results()
