@@ -10,7 +10,9 @@ subscribe, or a missed heartbeat, drops the Broadcast (closed best-effort, with 
 a new one with bounded backoff, resubscribes every channel in use and proves a round trip before it
 reports itself connected again. Local subscriptions live across reconnects: their iterators never
 see the gap, except for an optional `after_gap` marker each receives once the bus is back, and the
-callbacks registered with `on_reconnect` run then (the live hubs re-read and send snapshots).
+callbacks registered with `on_reconnect` run then (the live hubs re-read and send snapshots). A
+process back from a gap announces it on `GAP_CHANNEL`, and every other process runs the same markers
+and callbacks: what the returning process could not publish never reached them either.
 While the bus is not connected a publish fails at once with `BusUnavailable` (nothing was sent);
 an attempted publish that fails or outlasts `publish_seconds` raises (it may have reached the broker).
 """
@@ -42,6 +44,8 @@ log = logging.getLogger("turnwise.events")
 SESSION_CHANNEL = "turnwise.session"
 TASK_CHANNEL = "turnwise.task"
 PING_CHANNEL = "turnwise.bus.ping"
+# A process back from a bus gap says so here: the others missed what it could not publish.
+GAP_CHANNEL = "turnwise.bus.gaps"
 # The `type` of the `after_gap` marker subscribers conventionally ask for.
 BUS_GAP = "bus.reconnected"
 
@@ -171,7 +175,8 @@ class EventBus:
         self._closing: set[asyncio.Task[None]] = set()
         self._callbacks: list[Callable[[], Awaitable[None]]] = []
         if self.shared:
-            self._channels[self._ping_channel] = _Channel(self._ping_channel, permanent=True)
+            for permanent in (self._ping_channel, GAP_CHANNEL):
+                self._channels[permanent] = _Channel(permanent, permanent=True)
 
     # --- state --------------------------------------------------------------------------------
 
@@ -205,6 +210,9 @@ class EventBus:
         if event.channel == self._ping_channel:
             self._last_pong = asyncio.get_running_loop().time()
             self._pong.set()
+            return
+        if event.channel == GAP_CHANNEL:
+            self._on_remote_gap(event.message)
             return
         channel = self._channels.get(event.channel)
         if channel is None:
@@ -372,6 +380,16 @@ class EventBus:
                 "reconnects": self.reconnects,
             },
         )
+        # Every other process may have missed what this one failed to publish: tell them.
+        lost_at = self.lost_at.isoformat() if self.lost_at is not None else None
+        try:
+            await self.publish(GAP_CHANNEL, {"from": self._ping_channel, "lost_at": lost_at})
+        except Exception:  # noqa: BLE001 - the next gap tells them; this process resyncs anyway
+            log.warning("bus gap not announced", extra={"event": "bus.gap_unannounced"})
+        await self._after_gap()
+
+    async def _after_gap(self) -> None:
+        """Events may have been lost: the after-gap markers, then the reconnect callbacks."""
         for channel in self._channels.values():
             for local in channel.locals:
                 if local.after_gap is not None:
@@ -381,6 +399,23 @@ class EventBus:
                 await callback()
             except Exception:
                 log.exception("bus reconnect callback failed", extra={"event": "bus.callback_failed"})
+
+    def _on_remote_gap(self, message: str) -> None:
+        """Another process came back from a gap: what it published meanwhile never arrived here."""
+        try:
+            data = json.loads(message)
+        except ValueError:
+            return
+        if not isinstance(data, dict) or data.get("from") == self._ping_channel:
+            return
+        with contextlib.suppress(TypeError, ValueError):
+            # Resyncs re-read changes since the earlier of the two processes' losses.
+            remote = dt.datetime.fromisoformat(str(data.get("lost_at")))
+            self.lost_at = remote if self.lost_at is None else min(self.lost_at, remote)
+        log.info("another process had a bus gap", extra={"event": "bus.remote_gap"})
+        task = asyncio.create_task(self._after_gap())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     # --- channels -----------------------------------------------------------------------------
 

@@ -145,11 +145,12 @@ async def eventually(
     last: Any = None
     while loop.time() < deadline:
         try:
-            last = await probe()
+            value = await probe()
         except Exception as exc:  # noqa: BLE001 - a probe may fail while the bus is down
             last = exc
         else:
-            if last:
-                return last
+            last = value
+            if value:
+                return value
         await asyncio.sleep(0.1)
     raise AssertionError(f"{what} not reached within {within}s (last: {last!r})")

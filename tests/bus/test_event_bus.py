@@ -18,7 +18,9 @@ from backend.events import BUS_GAP, BusState, EventBus
 from backend.pgbus import encode
 from tests.bus.support import RedisProcess, eventually, pg_bus_url, redis_process, terminate_bus_listeners
 
-FAST = {"ping_seconds": 0.3, "silence_seconds": 1.5, "publish_seconds": 1.0}
+
+def fast_bus(url: str) -> EventBus:
+    return EventBus(url, ping_seconds=0.3, silence_seconds=1.5, publish_seconds=1.0)
 
 
 @dataclass
@@ -81,7 +83,7 @@ async def test_a_subscription_outlives_a_bus_outage_and_hears_of_the_gap(
     fault: str, pg_for: str | None
 ) -> None:
     async with broker(fault, pg_for) as b:
-        bus = EventBus(b.url, **FAST)
+        bus = fast_bus(b.url)
         await bus.connect()
         got: list[dict[str, Any]] = []
         try:
@@ -121,7 +123,7 @@ async def _async(value: Any) -> Any:
 async def test_the_postgres_bus_takes_concurrent_and_large_messages_and_long_channel_names(
     pg_url: str,
 ) -> None:
-    bus = EventBus(pg_bus_url(pg_url), **FAST)
+    bus = fast_bus(pg_bus_url(pg_url))
     await bus.connect()
     long_channel = "turnwise.prompt_acks." + "x" * 80
     big = {"blob": "é" * 20_000 + "z" * 30_000}
@@ -135,7 +137,9 @@ async def test_the_postgres_bus_takes_concurrent_and_large_messages_and_long_cha
 
             reader = asyncio.create_task(collect())
             # broadcaster's own backend fails these with "another operation is in progress".
-            await asyncio.gather(*(bus.publish(long_channel, {"n": i}) for i in range(50)), bus.publish(long_channel, big))
+            await asyncio.gather(
+                *(bus.publish(long_channel, {"n": i}) for i in range(50)), bus.publish(long_channel, big)
+            )
             await eventually(lambda: _async(len(got) == 51), what="all 51 messages")
             assert sorted(e["n"] for e in got if "n" in e) == list(range(50))
             assert big in got
