@@ -9,10 +9,10 @@ The bus keeps its own registry of the local subscriptions of every channel and h
 subscribe, or a missed heartbeat, drops the Broadcast (closed best-effort, with a timeout) and builds
 a new one with bounded backoff, resubscribes every channel in use and proves a round trip before it
 reports itself connected again. Local subscriptions live across reconnects: their iterators never
-see the gap, except for an optional `after_gap` marker each receives once the bus is back, and the
-callbacks registered with `on_reconnect` run then (the live hubs re-read and send snapshots). A
-process back from a gap announces it on `GAP_CHANNEL`, and every other process runs the same markers
-and callbacks: what the returning process could not publish never reached them either.
+see the gap, except for an optional `after_gap` marker each receives once the bus is back (on it the
+live hubs re-read and send snapshots, the token cache clears, waiters re-read their bundles). A
+process back from a gap announces it on `GAP_CHANNEL`, and every other process delivers the same
+markers: what the returning process could not publish never reached them either.
 While the bus is not connected a publish fails at once with `BusUnavailable` (nothing was sent);
 an attempted publish that fails or outlasts `publish_seconds` raises (it may have reached the broker).
 """
@@ -26,7 +26,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,7 +36,7 @@ from broadcaster import Broadcast
 from broadcaster._backends.base import BroadcastBackend
 from broadcaster._base import Event as BroadcastEvent
 
-from backend import faults
+from backend import faults, metrics
 from backend.domain.ids import new_id
 
 log = logging.getLogger("turnwise.events")
@@ -173,7 +173,6 @@ class EventBus:
         self._ping_channel = f"{PING_CHANNEL}.{new_id()}"
         self._supervisor: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
-        self._callbacks: list[Callable[[], Awaitable[None]]] = []
         if self.shared:
             for permanent in (self._ping_channel, GAP_CHANNEL):
                 self._channels[permanent] = _Channel(permanent, permanent=True)
@@ -184,18 +183,17 @@ class EventBus:
     def connected(self) -> bool:
         return self.state == BusState.CONNECTED
 
+    @property
+    def backend(self) -> BroadcastBackend | None:
+        """The broadcaster backend in use now (None while reconnecting)."""
+        return self._backend
+
     def status(self) -> dict[str, Any]:
         """For `/readyz`: the bus state and how often it came back."""
         return {"state": self.state.value, "reconnects": self.reconnects}
 
-    def on_reconnect(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Run `callback` every time the bus came back after a gap (never on the first connect)."""
-        self._callbacks.append(callback)
-
     def _set_state(self, state: BusState) -> None:
         self.state = state
-        from backend import metrics  # the metrics module imports nothing of the bus
-
         metrics.BUS_CONNECTED.set(1 if state == BusState.CONNECTED else 0)
 
     # --- connect / disconnect -----------------------------------------------------------------
@@ -340,8 +338,6 @@ class EventBus:
                 await asyncio.sleep(self.backoff[0])
 
     async def _reconnect(self) -> None:
-        from backend import metrics
-
         self._set_state(BusState.RECONNECTING)
         started = time.monotonic()
         if self._broadcast is not None and self._backend is not None:
@@ -386,19 +382,14 @@ class EventBus:
             await self.publish(GAP_CHANNEL, {"from": self._ping_channel, "lost_at": lost_at})
         except Exception:  # noqa: BLE001 - the next gap tells them; this process resyncs anyway
             log.warning("bus gap not announced", extra={"event": "bus.gap_unannounced"})
-        await self._after_gap()
+        self._after_gap()
 
-    async def _after_gap(self) -> None:
-        """Events may have been lost: the after-gap markers, then the reconnect callbacks."""
+    def _after_gap(self) -> None:
+        """Events may have been lost: every subscription that asked for it gets its marker."""
         for channel in self._channels.values():
             for local in channel.locals:
                 if local.after_gap is not None:
                     local.queue.put_nowait(local.after_gap)
-        for callback in list(self._callbacks):
-            try:
-                await callback()
-            except Exception:
-                log.exception("bus reconnect callback failed", extra={"event": "bus.callback_failed"})
 
     def _on_remote_gap(self, message: str) -> None:
         """Another process came back from a gap: what it published meanwhile never arrived here."""
@@ -413,9 +404,7 @@ class EventBus:
             remote = dt.datetime.fromisoformat(str(data.get("lost_at")))
             self.lost_at = remote if self.lost_at is None else min(self.lost_at, remote)
         log.info("another process had a bus gap", extra={"event": "bus.remote_gap"})
-        task = asyncio.create_task(self._after_gap())
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._after_gap()
 
     # --- channels -----------------------------------------------------------------------------
 

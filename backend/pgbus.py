@@ -83,6 +83,11 @@ class PostgresBus(BroadcastBackend):
                 conn.terminate()
         self._listen = self._publish = None
 
+    @property
+    def listen_pid(self) -> int:
+        """The server process of the listening connection (what an operator would terminate)."""
+        return int(self._conn(self._listen).get_server_pid())
+
     def _conn(self, conn: asyncpg.Connection | None) -> asyncpg.Connection:
         if conn is None or conn.is_closed():
             raise ConnectionError("the PostgreSQL bus connection is closed")

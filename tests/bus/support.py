@@ -136,6 +136,25 @@ async def terminate_bus_listeners(database_url: str) -> int:
         await db.dispose()
 
 
+async def terminate_backend(database_url: str, pid: int) -> bool:
+    """Terminate one server process of this test's database, by pid."""
+    name = make_url(database_url).database
+    db = Database(PG_URL)
+    try:
+        async with db.engine.connect() as conn:
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            found = await conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :db AND pid = :pid"
+                ),
+                {"db": name, "pid": pid},
+            )
+            return bool(found.scalar())
+    finally:
+        await db.dispose()
+
+
 async def eventually(
     probe: Callable[[], Awaitable[T | None]], *, within: float = 20.0, what: str = "condition"
 ) -> T:

@@ -244,6 +244,8 @@ async def test_the_bus_fails_and_comes_back_and_nothing_hangs_is_lost_or_missed(
                     await d.heal()
                     for server in (d.a, d.b):
                         await eventually(partial(_reconnected, server), within=60, what="bus back")
+                        assert await metric(server, "turnwise_bus_connected") == 1
+                        assert await metric(server, "turnwise_bus_reconnects_total") >= 1
                     # The subscriber on A converges on what a fresh read says, B's question included.
                     await eventually(lambda: converged(on_a, task_id, watch), within=30, what="convergence")
 
@@ -289,6 +291,15 @@ async def test_the_bus_fails_and_comes_back_and_nothing_hangs_is_lost_or_missed(
         finally:
             await on_a.aclose()
             await on_b.aclose()
+
+
+async def metric(server: Server, name: str) -> float:
+    async with httpx.AsyncClient() as http:
+        body = (await http.get(f"{server.base_url}/metrics", timeout=5)).text
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
 
 
 async def _state_is(server: Server, state: str) -> bool:

@@ -15,8 +15,15 @@ from typing import Any
 import pytest
 
 from backend.events import BUS_GAP, BusState, EventBus
-from backend.pgbus import encode
-from tests.bus.support import RedisProcess, eventually, pg_bus_url, redis_process, terminate_bus_listeners
+from backend.pgbus import PostgresBus, encode
+from tests.bus.support import (
+    RedisProcess,
+    eventually,
+    pg_bus_url,
+    redis_process,
+    terminate_backend,
+    terminate_bus_listeners,
+)
 
 
 def fast_bus(url: str) -> EventBus:
@@ -147,3 +154,32 @@ async def test_the_postgres_bus_takes_concurrent_and_large_messages_and_long_cha
     finally:
         await bus.disconnect()
     assert len(encode(json.dumps(big))) > 1  # it really went in chunks
+
+
+async def test_a_process_back_from_a_gap_makes_the_others_resync_too(pg_url: str) -> None:
+    """Only one process loses its bus; what it could not publish meanwhile never reached the other,
+    so its announcement gives the other process the same after-gap treatment."""
+    lost, other = fast_bus(pg_bus_url(pg_url)), fast_bus(pg_bus_url(pg_url))
+    await lost.connect()
+    await other.connect()
+    got: list[dict[str, Any]] = []
+    try:
+        async with other.subscribe("t.gap", after_gap={"type": BUS_GAP}) as events:
+
+            async def collect() -> None:
+                async for e in events:
+                    got.append(e)
+
+            reader = asyncio.create_task(collect())
+            backend = lost.backend  # the test terminates exactly this bus's listener
+            assert isinstance(backend, PostgresBus)
+            assert await terminate_backend(pg_url, backend.listen_pid)
+            await eventually(lambda: _async(lost.reconnects >= 1 and lost.connected), what="reconnected")
+            await eventually(lambda: _async({"type": BUS_GAP} in got), what="the other's gap marker")
+            assert other.reconnects == 0
+            await lost.publish("t.gap", {"n": 1})
+            await eventually(lambda: _async({"n": 1} in got), what="an event after the gap")
+            reader.cancel()
+    finally:
+        await lost.disconnect()
+        await other.disconnect()
