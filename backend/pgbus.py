@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 from broadcaster._backends.base import BroadcastBackend
 from broadcaster._base import Event
 
