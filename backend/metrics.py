@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -23,8 +23,10 @@ from prometheus_client import (
 )
 from prometheus_client import REGISTRY as DEFAULT_REGISTRY
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from backend.db.engine import Database
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -75,19 +77,19 @@ BUS_RECONNECTS = Counter(
 DB_STATEMENTS = Counter("turnwise_db_statements", "SQL statements sent to the database (not BEGIN/COMMIT).")
 DB_TRANSACTIONS = Counter(
     "turnwise_db_transactions",
-    "Database transactions ended (commit, rollback) and connection pre-pings (ping).",
+    "Database transactions ended (commit, rollback) and pings of idle pooled connections (ping).",
     ["outcome"],
 )
 
 _ROUTES = frozenset({"/graphql", "/healthz", "/readyz", "/metrics"})
 
 
-def instrument(engine: AsyncEngine) -> None:
-    """Count the engine's statements and transactions."""
+def instrument(db: Database) -> None:
+    """Count the database's statements, transactions and idle-connection pings."""
     statements = DB_STATEMENTS
     commits = DB_TRANSACTIONS.labels("commit")
     rollbacks = DB_TRANSACTIONS.labels("rollback")
-    sync_engine = engine.sync_engine
+    sync_engine = db.engine.sync_engine
 
     def count_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         if not statement.startswith("BEGIN"):
@@ -102,14 +104,10 @@ def instrument(engine: AsyncEngine) -> None:
     event.listen(sync_engine, "before_cursor_execute", count_statement)
     event.listen(sync_engine, "commit", count_commit)
     event.listen(sync_engine, "rollback", count_rollback)
-    if getattr(sync_engine.pool, "_pre_ping", False):
-        # A pre-ping is one more round trip per checkout, and PostgreSQL counts it as a transaction.
-        pings = DB_TRANSACTIONS.labels("ping")
-
-        def count_ping(*_: Any) -> None:
-            pings.inc()
-
-        event.listen(sync_engine.pool, "checkout", count_ping)
+    if not db.is_sqlite:
+        # A ping of an idle pooled connection is one more round trip, and PostgreSQL counts it as a
+        # transaction.
+        db.ping_listeners.append(DB_TRANSACTIONS.labels("ping").inc)
 
 
 def exposition() -> tuple[bytes, str]:

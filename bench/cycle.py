@@ -15,8 +15,9 @@ statistics up to 10 s late), and server CPU per cycle (`/proc/<pid>/stat` of the
 workers). Then the ratios to the floor and the targets of the hot-path issue.
 
 `python -m bench cycle`; TURNWISE_CYCLE_SECONDS (measured seconds per run, default 4),
-TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"), TURNWISE_CYCLE_ONLY (run only the runs whose
-label contains it, e.g. "sqlite"; no targets then). Results: bench/results/cycle.json.
+TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"), TURNWISE_CYCLE_ONLY (run only the runs
+whose label contains it, e.g. "sqlite"; no targets then), TURNWISE_CYCLE_PROFILE (a path prefix:
+py-spy records the server over each measured window). Results: bench/results/cycle.json.
 """
 
 from __future__ import annotations
@@ -323,8 +324,11 @@ async def measure(
     try:
         await run(Phase(stop_at=time.monotonic() + warmup))
         x0, cpu0, c0 = await sample()
+        profiler = start_profiler(server, agents, seconds)
         phase = Phase(stop_at=time.monotonic() + seconds, record=True)
         elapsed = await run(phase)
+        if profiler is not None:
+            await asyncio.to_thread(profiler.wait)
         x1, cpu1, c1 = await sample()
         for q in queues:
             q.put_nowait(Phase())
@@ -359,6 +363,37 @@ async def measure(
     }
 
 
+def start_profiler(server: Process, agents: int, seconds: float) -> subprocess.Popen[bytes] | None:
+    """With TURNWISE_CYCLE_PROFILE=<prefix>, py-spy records the server over the measured window
+    into <prefix>-<kind>-<dialect>-<agents>-w<workers>.txt (raw collapsed stacks)."""
+    prefix = os.environ.get("TURNWISE_CYCLE_PROFILE")
+    if not prefix or server.proc is None:
+        return None
+    dialect = "sqlite" if server.database_url.startswith("sqlite") else "pg"
+    workers = server.args[server.args.index("--workers") + 1] if "--workers" in server.args else "1"
+    out = f"{prefix}-{server.kind}-{dialect}-{agents}-w{workers}.txt"
+    spy = Path(sys.executable).with_name("py-spy")
+    return subprocess.Popen(
+        [
+            str(spy),
+            "record",
+            "-p",
+            str(server.proc.pid),
+            "-d",
+            str(int(seconds)),
+            "-r",
+            "250",
+            "-f",
+            "raw",
+            "-o",
+            out,
+            "--subprocesses",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
@@ -391,7 +426,7 @@ def summary(r: dict[str, Any]) -> str:
     return (
         f"{r['cycles_per_s']:>7} cycles/s  ask p50/p99 {r['ask_p50_ms']}/{r['ask_p99_ms']} ms  "
         f"respond->answered p50/p99 {r['answered_p50_ms']}/{r['answered_p99_ms']} ms  "
-        f"xact/cycle {r['transactions_per_cycle']} (pings {r['of_which_pre_pings_per_cycle']}, "
+        f"xact/cycle {r['transactions_per_cycle']} (idle pings {r['of_which_pre_pings_per_cycle']}, "
         f"pg_stat {r['pg_stat_transactions_per_cycle']})  "
         f"stmt/cycle {r['statements_per_cycle']}  "
         f"cpu {r['cpu_ms_per_cycle']} ms/cycle  errors {r['errors']}"

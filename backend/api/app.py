@@ -60,7 +60,7 @@ def create_app(
 ) -> Starlette:
     """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
     db = Database(settings.database_url)
-    metrics.instrument(db.engine)
+    metrics.instrument(db)
     bus = EventBus(
         settings.broadcast_url,
         ping_seconds=settings.bus_ping_seconds,

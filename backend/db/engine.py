@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -26,12 +27,24 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+# A pooled PostgreSQL connection idle longer than this is pinged before reuse (see `_install_hooks`).
+IDLE_PING_SECONDS = 5.0
+
+
 class Database:
     """Owns the engine. `write()` takes SQLite's writer lock up front (BEGIN IMMEDIATE); on PostgreSQL
     writers serialize per session through advisory locks taken by the repository."""
 
-    def __init__(self, url: str, *, echo: bool = False, pool_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        echo: bool = False,
+        pool_size: int = 10,
+        idle_ping_seconds: float = IDLE_PING_SECONDS,
+    ) -> None:
         self.url = url
+        self.idle_ping_seconds = idle_ping_seconds
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
         kwargs: dict[str, Any] = {"echo": echo}
@@ -43,11 +56,13 @@ class Database:
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
             kwargs["connect_args"] = {"timeout": 30}
         else:
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+            kwargs.update(pool_size=pool_size, max_overflow=pool_size)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0
         self.transactions = 0
+        self.pings = 0
+        self.ping_listeners: list[Callable[[], None]] = []
         self._install_hooks()
 
     @property
@@ -62,6 +77,7 @@ class Database:
             self.statements += 1
 
         if not self.is_sqlite:
+            self._install_idle_ping()
             return
 
         @event.listens_for(sync_engine, "connect")
@@ -79,6 +95,38 @@ class Database:
         def _begin(conn: Any) -> None:
             immediate = conn.get_execution_options().get("turnwise_write", False)
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    def _install_idle_ping(self) -> None:
+        """Ping a pooled connection only when it sat idle, instead of on every checkout.
+
+        `pool_pre_ping` costs a BEGIN / `;` / ROLLBACK (a transaction at the server) per checkout: half
+        the transactions of an ask -> answer cycle. A connection in steady use was just proven alive by
+        its last transaction, so only one idle for `idle_ping_seconds` is pinged; a dead one is
+        replaced before the caller sees it (`DisconnectionError` makes the pool retry). A connection
+        that dies between two uses in quick succession fails that one transaction with a disconnect
+        error, which invalidates the whole pool, so the next transaction reconnects.
+        """
+        pool = self.engine.sync_engine.pool
+        dialect = self.engine.sync_engine.dialect
+
+        @event.listens_for(pool, "checkin")
+        def _checkin(_dbapi_connection: Any, record: Any) -> None:
+            record.info["idle_since"] = time.monotonic()
+
+        @event.listens_for(pool, "checkout")
+        def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            since = record.info.get("idle_since")
+            if since is None or time.monotonic() - since < self.idle_ping_seconds:
+                return
+            self.pings += 1
+            for listener in self.ping_listeners:
+                listener()
+            try:
+                dialect.do_ping(dbapi_connection)
+            except dialect.loaded_dbapi.Error as exc:
+                if dialect.is_disconnect(exc, dbapi_connection, None):
+                    raise DisconnectionError("idle connection is gone") from exc
+                raise
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

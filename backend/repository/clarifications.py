@@ -18,7 +18,7 @@ from backend.db.engine import utcnow
 from backend.db.sqlfuncs import json_flag, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
-from backend.domain.errors import CorruptData
+from backend.domain.errors import CorruptData, NotFound
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
     CLAIM_KEY,
@@ -27,7 +27,7 @@ from backend.domain.lifecycle import (
     BundleRow,
     QuestionSpec,
 )
-from backend.domain.records import MessageRecord
+from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus
 from backend.repository import rows
 from backend.repository.authority import (
@@ -102,6 +102,16 @@ _ACTIVE_BY_SIGNATURE = (
 )
 
 
+# What an ask needs, in one statement: the session, its current turn, and the active bundle an
+# identical ask would re-attach to (only an active bundle qualifies: of the current turn, pending,
+# in a live session).
+_ASK_CONTEXT = select(
+    S,
+    current_turn_id(S.c.id).label("current_turn"),
+    _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
+).where(S.c.id == _B_SESSION)
+
+
 def _bundle_row(row: Any) -> BundleRow:
     m = row._mapping
     return BundleRow(
@@ -164,6 +174,17 @@ async def active_pending_ids_for_sessions(
             raise CorruptData(f"session {row.session_id}: an active clarification row has no pending_id")
         found.setdefault(row.session_id, []).append((row.newest, row.pending_id))
     return {s: [p for _, p in sorted(v, key=lambda x: (x[0], x[1]), reverse=True)] for s, v in found.items()}
+
+
+async def ask_context(
+    conn: AsyncConnection, session_id: str, signature: str
+) -> tuple[SessionRecord, str | None, str | None]:
+    """(session, its current turn, the active bundle with this signature) in one statement."""
+    row = (await conn.execute(_ASK_CONTEXT, {"b_session": session_id, "b_signature": signature})).first()
+    if row is None:
+        raise NotFound("session", session_id)
+    turn = None if row.current_turn is None else str(row.current_turn)
+    return rows.session(row), turn, None if row.reusable is None else str(row.reusable)
 
 
 async def find_active_by_signature(conn: AsyncConnection, session_id: str, signature: str) -> str | None:
@@ -393,15 +414,22 @@ def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement
     ]
 
 
+_SETTLE_CLAIM = (
+    update(M)
+    .where(
+        M.c.id.in_(bindparam("b_ids", expanding=True)),
+        json_flag(M.c.metadata, INTENT_KEY),
+        json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
+    )
+    .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+    .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+)
+
+
 async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_id: str) -> list[BundleRow]:
     """Finalize (delivery confirmed) or retire (delivery impossible) exactly this claim's rows: remove
     the intent while it is still set by this claim. `updated_at` keeps the response time."""
-    result = await conn.execute(
-        update(M)
-        .where(*_claimed_by(message_ids, claim_id))
-        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
-    )
+    result = await conn.execute(_SETTLE_CLAIM, {"b_ids": list(message_ids), "b_claim": claim_id})
     return [_bundle_row(r) for r in result]
 
 

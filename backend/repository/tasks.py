@@ -111,28 +111,50 @@ async def list_sessions(conn: AsyncConnection, task_ids: Sequence[str]) -> list[
     return [rows.session(r) for r in await conn.execute(query)]
 
 
-async def set_session_state(conn: AsyncConnection, session_id: str, state: str) -> None:
-    await conn.execute(
-        update(task_sessions).where(task_sessions.c.id == session_id).values(state=state, updated_at=utcnow())
+_B_SESSION = bindparam("b_session", type_=task_sessions.c.id.type)
+_SET_STATE = (
+    update(task_sessions)
+    .where(task_sessions.c.id == _B_SESSION)
+    .values(state=bindparam("b_state"), updated_at=bindparam("b_now"))
+)
+# The same, and the session's sequence bump of its unit of work in the same statement.
+_SET_STATE_BUMP = _SET_STATE.values(pending_seq=task_sessions.c.pending_seq + 1)
+_BLOCKING = task_session_messages.alias("blocking")
+_MARK_RUNNING_WHEN_UNBLOCKED = (
+    update(task_sessions)
+    .where(
+        task_sessions.c.id == _B_SESSION,
+        task_sessions.c.state == SessionState.WAITING_FOR_INPUT.value,
+        not_(
+            exists().where(
+                _BLOCKING.c.session_id == _B_SESSION,
+                active_clarification_rows(_BLOCKING, task_sessions.c.state),
+            )
+        ),
     )
+    .values(state=SessionState.RUNNING.value, updated_at=bindparam("b_now"))
+)
+_MARK_RUNNING_WHEN_UNBLOCKED_BUMP = _MARK_RUNNING_WHEN_UNBLOCKED.values(
+    pending_seq=task_sessions.c.pending_seq + 1
+)
 
 
-async def mark_running_when_unblocked(conn: AsyncConnection, session_id: str) -> bool:
+async def set_session_state(
+    conn: AsyncConnection, session_id: str, state: str, *, bump: bool = False
+) -> None:
+    """`bump`: also bump the session's pending sequence (then the unit of work need not; see
+    `Work.touched_and_bumped`)."""
+    params = {"b_session": session_id, "b_state": state, "b_now": utcnow()}
+    await conn.execute(_SET_STATE_BUMP if bump else _SET_STATE, params)
+
+
+async def mark_running_when_unblocked(conn: AsyncConnection, session_id: str, *, bump: bool = False) -> bool:
     """WAITING_FOR_INPUT -> RUNNING once the session has no active clarification left (its last
-    question was answered, skipped, resumed or cancelled). True when the state changed."""
-    m = task_session_messages.alias("blocking")
+    question was answered, skipped, resumed or cancelled). True when the state changed (`bump`: and
+    then its pending sequence was bumped too)."""
     result = await conn.execute(
-        update(task_sessions)
-        .where(
-            task_sessions.c.id == session_id,
-            task_sessions.c.state == SessionState.WAITING_FOR_INPUT.value,
-            not_(
-                exists().where(
-                    m.c.session_id == session_id, active_clarification_rows(m, task_sessions.c.state)
-                )
-            ),
-        )
-        .values(state=SessionState.RUNNING.value, updated_at=utcnow())
+        _MARK_RUNNING_WHEN_UNBLOCKED_BUMP if bump else _MARK_RUNNING_WHEN_UNBLOCKED,
+        {"b_session": session_id, "b_now": utcnow()},
     )
     return result.rowcount == 1
 

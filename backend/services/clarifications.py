@@ -210,15 +210,14 @@ class Clarifications:
         session_id = waiter.session_id
         async with uow(self.deps, [session_id]) as w:
             conn = w.conn
-            session = await tasks.get_session(conn, session_id)
+            session, turn_id, reused = await repo.ask_context(conn, session_id, signature)
             if session.state in TERMINAL_SESSION_STATES:
                 raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new questions")
-            turn_id = await turns.current_turn(conn, session_id)
             if turn_id is None:
                 # A question needs a turn to belong to; asking opens the session's first turn.
                 turn_id = (await turns.insert_turn(conn, session_id)).id
                 w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
-            reused = await repo.find_active_by_signature(conn, session_id, signature)
+            bundle: Bundle | None = None
             if reused is not None:
                 pending_id = reused
                 changed = await repo.attach_waiter(
@@ -242,15 +241,30 @@ class Clarifications:
                     waiter_instance=self.hub.instance_id,
                 )
                 changed = [r.id for r in records]
+                # What was just written, as the re-read would find it: this process's live waiter.
+                bundle = Bundle(
+                    pending_id=pending_id,
+                    task_id=session.task_id,
+                    session_id=session_id,
+                    turn_id=turn_id,
+                    session_state=SessionState.WAITING_FOR_INPUT.value,
+                    current_turn_id=turn_id,
+                    rows=tuple(BundleRow(r.id, r.session_id, r.turn_id, r.metadata) for r in records),
+                    waiter_alive=self.hub.alive(self.hub.instance_id, waiter.waiter_id, None),
+                )
             waiter.pending_id = pending_id
             w.publish_messages(
                 session.task_id, session_id, "message.added" if reused is None else "message.updated", changed
             )
             if session.state != SessionState.WAITING_FOR_INPUT:
-                await tasks.set_session_state(conn, session_id, SessionState.WAITING_FOR_INPUT.value)
+                waiting = SessionState.WAITING_FOR_INPUT.value
+                await tasks.set_session_state(conn, session_id, waiting, bump=True)
                 w.publish(session.task_id, session_id, "session.state")
-            w.touch(session_id)
-            bundle = await self._load(conn, pending_id)
+                w.touched_and_bumped(session_id, task_id=session.task_id)
+            else:
+                w.touch(session_id, task_id=session.task_id)
+            if bundle is None:
+                bundle = await self._load(conn, pending_id)
         bundle = present(bundle, f"bundle {pending_id} just written")
         log.info(
             "clarification asked" if reused is None else "clarification re-attached",
@@ -394,8 +408,8 @@ class Clarifications:
         """The confirmation's unit of work; its events wait until the responder was told."""
         async with uow(self.deps, [claim.session_id], hold=True) as w:
             settled = await repo.settle_claim(w.conn, claim.message_ids, claim.claim_id)
-            if settled and await tasks.mark_running_when_unblocked(w.conn, claim.session_id):
-                w.touch(claim.session_id)
+            if settled and await tasks.mark_running_when_unblocked(w.conn, claim.session_id, bump=True):
+                w.touched_and_bumped(claim.session_id, task_id=claim.task_id)
             w.publish_messages(claim.task_id, claim.session_id, "message.updated", [r.id for r in settled])
         return settled, w
 
@@ -441,7 +455,7 @@ class Clarifications:
                 # A persisted rejection is final at once: the session no longer waits for it.
                 await tasks.mark_running_when_unblocked(conn, session_id)
                 w.publish_messages(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
-            w.touch(session_id)
+            w.touch(session_id, task_id=bundle.task_id)
         after = _merge(bundle, claimed)
         log.info(
             "clarification claimed",

@@ -7,7 +7,8 @@
         w.touch(session_id)                                     # the projection may have changed
         w.publish(session.task_id, session_id, "message.added", message_id=...)
 
-On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement, brings
+On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement (or none,
+when the writes already bumped them all), brings
 the existing summaries of their tasks up to date in the same transaction (so the live projector
 need not read and write them again), commits, and only then publishes the queued events in order
 (publication failures are logged, never raised: clients converge on their next read). When the body
@@ -46,6 +47,10 @@ class Work:
     conn: AsyncConnection
     locked: set[str] = field(default_factory=set)
     touched: dict[str, None] = field(default_factory=dict)
+    # Touched sessions whose sequence the write itself already bumped (in the same UPDATE as a state
+    # change), and the tasks of touched sessions the caller already knows: both spare a statement.
+    bumped: set[str] = field(default_factory=set)
+    task_of: dict[str, str] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     # Filled at commit: the task summaries this unit wrote, and whether every touched task's summary
     # is provably current (then its events tell the live projector so).
@@ -59,10 +64,19 @@ class Work:
             await locks.lock_sessions(self.conn, wanted)
             self.locked.update(wanted)
 
-    def touch(self, *session_ids: str) -> None:
-        """These sessions' projections may have changed: bump their sequence at commit."""
+    def touch(self, *session_ids: str, task_id: str | None = None) -> None:
+        """These sessions' projections may have changed: bump their sequence at commit (`task_id`:
+        the task they belong to, when the caller knows it)."""
         for session_id in session_ids:
             self.touched[session_id] = None
+            if task_id is not None:
+                self.task_of[session_id] = task_id
+
+    def touched_and_bumped(self, session_id: str, *, task_id: str | None = None) -> None:
+        """This session's projection changed and the write that changed it also bumped its sequence
+        (`tasks.set_session_state(..., bump=True)`): touched, but not bumped again at commit."""
+        self.touch(session_id, task_id=task_id)
+        self.bumped.add(session_id)
 
     def publish(
         self,
@@ -91,11 +105,11 @@ async def uow(deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False
         yield work
         if work.touched:
             touched = list(work.touched)
-            await tasks.bump_pending_seqs(conn, touched)
+            await tasks.bump_pending_seqs(conn, [s for s in touched if s not in work.bumped])
             work.summaries, work.projected = await project_in_transaction(
                 conn,
                 touched,
-                task_of={e.session_id: e.task_id for e in work.events},
+                task_of={**{e.session_id: e.task_id for e in work.events}, **work.task_of},
                 fault_points=deps.settings.fault_points,
             )
     if not hold:
