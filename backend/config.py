@@ -47,6 +47,13 @@ class Settings:
     watchdog_seconds: float = 15.0
     # Live waiters' server instances beat this often; a remote waiter is gone after 3 missed beats.
     heartbeat_seconds: float = 5.0
+    # The event bus: a heartbeat every bus_ping_seconds, lost after bus_silence_seconds without one;
+    # a publish outlasting bus_publish_seconds fails. A live waiter in another process acknowledges
+    # receipt of a hand-off within handoff_receipt_seconds, or the responder restores the claim.
+    bus_ping_seconds: float = 1.0
+    bus_silence_seconds: float = 3.0
+    bus_publish_seconds: float = 2.0
+    handoff_receipt_seconds: float = 3.0
     subscriptions_per_connection: int = 32
     max_query_depth: int = 12
     max_query_bytes: int = 64_000
@@ -81,6 +88,10 @@ class Settings:
             dispatch_seconds=_float("TURNWISE_DISPATCH_SECONDS", base.dispatch_seconds),
             watchdog_seconds=_float("TURNWISE_WATCHDOG_SECONDS", base.watchdog_seconds),
             heartbeat_seconds=_float("TURNWISE_HEARTBEAT_SECONDS", base.heartbeat_seconds),
+            bus_ping_seconds=_float("TURNWISE_BUS_PING_SECONDS", base.bus_ping_seconds),
+            bus_silence_seconds=_float("TURNWISE_BUS_SILENCE_SECONDS", base.bus_silence_seconds),
+            bus_publish_seconds=_float("TURNWISE_BUS_PUBLISH_SECONDS", base.bus_publish_seconds),
+            handoff_receipt_seconds=_float("TURNWISE_HANDOFF_RECEIPT_SECONDS", base.handoff_receipt_seconds),
             subscriptions_per_connection=_int(
                 "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION", base.subscriptions_per_connection
             ),
@@ -111,6 +122,6 @@ class Settings:
             return (
                 f"--workers {self.workers} needs a shared bus: memory:// reaches only its own process, so an "
                 "answer could not reach an agent waiting on another worker; set TURNWISE_BROADCAST_URL to "
-                "redis://..."
+                "redis://... or postgres://..."
             )
         return None

@@ -66,6 +66,14 @@ SUBSCRIBERS = Gauge(
     ["subscription"],
     multiprocess_mode="livesum",
 )
+BUS_CONNECTED = Gauge(
+    "turnwise_bus_connected",
+    "1 while the event bus is connected, 0 while it reconnects (the lowest over workers).",
+    multiprocess_mode="livemin",
+)
+BUS_RECONNECTS = Counter(
+    "turnwise_bus_reconnects", "Times the event bus was lost and came back (resubscribed, snapshots sent)."
+)
 DB_STATEMENTS = Counter("turnwise_db_statements", "SQL statements sent to the database (not BEGIN/COMMIT).")
 DB_TRANSACTIONS = Counter(
     "turnwise_db_transactions",

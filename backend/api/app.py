@@ -61,7 +61,12 @@ def create_app(
     """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
     db = Database(settings.database_url)
     metrics.instrument(db)
-    bus = EventBus(settings.broadcast_url)
+    bus = EventBus(
+        settings.broadcast_url,
+        ping_seconds=settings.bus_ping_seconds,
+        silence_seconds=settings.bus_silence_seconds,
+        publish_seconds=settings.bus_publish_seconds,
+    )
     services = Services.build(Deps(db=db, bus=bus, settings=settings))
     runtime = Runtime(settings=settings, services=services)
     faults.configure(settings.fault_points)
@@ -114,8 +119,15 @@ def create_app(
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
         # `instance`: which server process answered (one per worker of `turnwise serve --workers N`).
+        # `bus`: connected / reconnecting and how often it came back. A reconnecting bus does not
+        # make the process unready: it serves reads and writes, and every process shares the bus.
         return JSONResponse(
-            {"status": "ready", "epoch": runtime.epoch, "instance": services.deps.instance_id}
+            {
+                "status": "ready",
+                "epoch": runtime.epoch,
+                "instance": services.deps.instance_id,
+                "bus": bus.status(),
+            }
         )
 
     async def metrics_page(_: Request) -> Response:

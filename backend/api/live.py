@@ -5,6 +5,10 @@ changes, so a reconnecting client converges without any replay; each subscriber'
 the newest state per session (per task), never a backlog. `sessionEvents` has no snapshot: a client
 loads `sessionMessages` and applies events from then on (events older than what it holds lose on
 the projection revision, and message events are idempotent re-reads).
+
+When the event bus comes back after a gap, the live hub re-reads every subscription's scope (the
+`tasks` given to it here) and sends what is newer than what the subscriber has, so no change made
+during the gap is missed.
 """
 
 from __future__ import annotations
@@ -103,8 +107,14 @@ class LiveSubscriptions:
                 return _readable(principal, t)
 
             task_ids = await _all_readable_tasks(info)
+
+        async def scope_tasks() -> list[str]:
+            if session_id is None and task_id is None:
+                return await _all_readable_tasks(info)
+            return task_ids
+
         with (
-            services.live.watch_projections(scope) as mailbox,
+            services.live.watch_projections(scope, scope_tasks) as mailbox,
             metrics.SUBSCRIBERS.labels("pendingActionChanged").track_inprogress(),
         ):
             # Registered before the snapshot is read, so no change between the two is lost; the
@@ -142,8 +152,11 @@ class LiveSubscriptions:
         def scope(t: str) -> bool:
             return _readable(principal, t)
 
+        async def scope_tasks() -> list[str]:
+            return await _all_readable_tasks(info)
+
         with (
-            services.live.watch_summaries(scope) as mailbox,
+            services.live.watch_summaries(scope, scope_tasks) as mailbox,
             metrics.SUBSCRIBERS.labels("taskSummaryChanged").track_inprogress(),
         ):
             views = await services.summaries.reconcile(await _all_readable_tasks(info))

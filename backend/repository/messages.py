@@ -84,3 +84,21 @@ async def get_messages(conn: AsyncConnection, message_ids: list[str]) -> dict[st
         return {}
     result = await conn.execute(select(M).where(M.c.id.in_(list(dict.fromkeys(message_ids)))))
     return {r.id: rows.message(r) for r in result}
+
+
+async def changed_since(
+    conn: AsyncConnection, session_ids: list[str], since: Any, *, limit: int
+) -> list[MessageRecord]:
+    """Messages of these sessions written or updated at or after `since`, newest `limit` per call,
+    returned oldest first (for a subscriber that may have missed their events)."""
+    if not session_ids:
+        return []
+    query = (
+        select(M)
+        .where(M.c.session_id.in_(list(dict.fromkeys(session_ids))), M.c.updated_at >= since)
+        .order_by(M.c.updated_at.desc(), M.c.id.desc())
+        .limit(limit)
+    )
+    found = [rows.message(r) for r in await conn.execute(query)]
+    found.reverse()
+    return found

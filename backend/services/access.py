@@ -9,6 +9,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from backend.domain.errors import InvalidInput
+from backend.events import BUS_GAP
 from backend.repository import access, tasks, turns
 from backend.repository.access import Identity, UserRecord
 from backend.services.context import Deps
@@ -63,7 +64,9 @@ class Access:
     async def _listen(self, ready: asyncio.Event) -> None:
         while True:
             try:
-                async with self.deps.bus.subscribe(ACCESS_CHANNEL) as events:
+                # After a bus gap (its marker is an event too) the cache is cleared: invalidations
+                # published meanwhile may have been lost.
+                async with self.deps.bus.subscribe(ACCESS_CHANNEL, after_gap={"kind": BUS_GAP}) as events:
                     # Whatever changed while we were not subscribed is not in the cache after this.
                     self.tokens.clear()
                     ready.set()

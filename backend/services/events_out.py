@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from backend.events import TASK_CHANNEL, EventBus, session_channel
+from backend.events import TASK_CHANNEL, BusUnavailable, EventBus, session_channel
 
 log = logging.getLogger("turnwise.events")
 
@@ -38,6 +38,11 @@ async def publish_session_change(
     try:
         await bus.publish(session_channel(session_id), event)
         await bus.publish(TASK_CHANNEL, event)
+    except BusUnavailable:
+        # The bus is reconnecting: subscribers get a fresh snapshot once it is back.
+        log.warning("event not published: bus unavailable", extra={"event": kind, "session_id": session_id})
+        if strict:
+            raise
     except Exception:
         log.exception("event publication failed", extra={"event": kind, "session_id": session_id})
         if strict:

@@ -6,6 +6,11 @@ every matching watcher's Mailbox. A Mailbox keeps the newest value per key (sess
 so a slow subscriber receives the latest state instead of an unbounded queue, and an idle watcher
 costs a dict and an asyncio.Event. The hub is also the summary projector: the tasks named by a batch
 of session changes are reconciled (compare-and-set, so every process doing it is harmless).
+
+When the bus comes back after a gap (events were lost), every watcher is sent a fresh snapshot of its
+scope: projections and summaries re-read for the union of the watchers' tasks (the mailboxes drop
+what is not newer than what a subscriber already has), and to each session-events watcher the
+session's messages changed since shortly before the bus was lost, with the current projection.
 """
 
 from __future__ import annotations
@@ -14,12 +19,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from backend.domain.records import MessageRecord, SessionPending, SummaryRecord
-from backend.events import TASK_CHANNEL
+from backend.events import BUS_GAP, TASK_CHANNEL
 from backend.repository import messages as message_rows
 from backend.repository import pending
 from backend.services.background import stop_tasks
@@ -31,6 +36,11 @@ log = logging.getLogger("turnwise.live")
 T = TypeVar("T")
 
 MESSAGE_EVENTS = {"message.added": "added", "message.updated": "updated", "message.deleted": "deleted"}
+# After a gap, session-events watchers get the messages changed since this long before the bus was
+# found lost (a message's update time can precede its publication: a settled answer keeps the time
+# it was given), at most RESYNC_MESSAGES of them per batch of sessions.
+RESYNC_MARGIN = dt.timedelta(seconds=120)
+RESYNC_MESSAGES = 500
 
 
 class Mailbox(Generic[T]):
@@ -99,10 +109,16 @@ class SessionChange:
 Scope = Callable[[str, str], bool]  # (task_id, session_id) -> whether a watcher wants it
 
 
+# The tasks a watcher's scope covers, re-read when it needs a fresh snapshot.
+ScopeTasks = Callable[[], Awaitable[Sequence[str]]]
+
+
 @dataclass(eq=False)
 class Watcher(Generic[T]):
     scope: Callable[..., bool]
     mailbox: Mailbox[T]
+    tasks: ScopeTasks | None = None
+    session_id: str | None = None
 
 
 def projection_order(p: SessionPending) -> tuple[int, int]:
@@ -125,6 +141,8 @@ class LiveHub:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _subscribed: list[asyncio.Event] = field(default_factory=list)
+    _gap: bool = False
+    resyncs: int = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -150,8 +168,8 @@ class LiveHub:
     # --- registration -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def watch_projections(self, scope: Scope) -> Any:
-        w: Watcher[SessionPending] = Watcher(scope, Mailbox(projection_order))
+    def watch_projections(self, scope: Scope, tasks: ScopeTasks | None = None) -> Any:
+        w: Watcher[SessionPending] = Watcher(scope, Mailbox(projection_order), tasks)
         self._projections.add(w)
         try:
             yield w.mailbox
@@ -160,7 +178,7 @@ class LiveHub:
 
     @contextlib.contextmanager
     def watch_session_events(self, session_id: str) -> Any:
-        w: Watcher[SessionChange] = Watcher(lambda _t, s: s == session_id, Mailbox())
+        w: Watcher[SessionChange] = Watcher(lambda _t, s: s == session_id, Mailbox(), session_id=session_id)
         self._session_events.add(w)
         try:
             yield w.mailbox
@@ -168,8 +186,8 @@ class LiveHub:
             self._session_events.discard(w)
 
     @contextlib.contextmanager
-    def watch_summaries(self, scope: Callable[[str], bool]) -> Any:
-        w: Watcher[SummaryRecord] = Watcher(scope, Mailbox(summary_order))
+    def watch_summaries(self, scope: Callable[[str], bool], tasks: ScopeTasks | None = None) -> Any:
+        w: Watcher[SummaryRecord] = Watcher(scope, Mailbox(summary_order), tasks)
         self._summaries.add(w)
         try:
             yield w.mailbox
@@ -188,7 +206,7 @@ class LiveHub:
     ) -> None:
         while True:
             try:
-                async with self.deps.bus.subscribe(channel) as events:
+                async with self.deps.bus.subscribe(channel, after_gap={"type": BUS_GAP}) as events:
                     ready.set()
                     async for event in events:
                         handler(event)
@@ -202,10 +220,15 @@ class LiveHub:
                 await asyncio.sleep(0.5)
 
     def _on_session(self, event: dict[str, Any]) -> None:
-        self._raw.append(event)
+        if event.get("type") == BUS_GAP:
+            self._gap = True
+        else:
+            self._raw.append(event)
         self._wake.set()
 
     def _on_summary(self, event: dict[str, Any]) -> None:
+        if event.get("type") == BUS_GAP:
+            return  # the session channel's gap marker resyncs summaries too
         try:
             summary = _summary_from_event(event)
         except (KeyError, TypeError, ValueError):
@@ -220,6 +243,14 @@ class LiveHub:
             await self._wake.wait()
             self._wake.clear()
             batch, self._raw = self._raw, []
+            if self._gap:
+                self._gap = False
+                try:
+                    await self.resync()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("live resync failed", extra={"event": "live.resync_failed"})
             try:
                 await self._deliver(batch)
             except asyncio.CancelledError:
@@ -277,6 +308,57 @@ class LiveHub:
             for sw in list(self._session_events):
                 if sw.scope(event["task_id"], session_id):
                     sw.mailbox.offer(message_id, change)
+
+    async def resync(self) -> None:
+        """Send every watcher a fresh snapshot of its scope (after the bus lost events)."""
+        self.resyncs += 1
+        projection_watchers = [w for w in self._projections if w.tasks is not None]
+        summary_watchers = [w for w in self._summaries if w.tasks is not None]
+        event_watchers = [w for w in self._session_events if w.session_id is not None]
+        scopes: dict[int, Sequence[str]] = {}
+        for tasks_of in [(id(w), w.tasks) for w in projection_watchers] + [
+            (id(w), w.tasks) for w in summary_watchers
+        ]:
+            if tasks_of[1] is not None:
+                scopes[tasks_of[0]] = await tasks_of[1]()
+        projection_tasks = sorted({t for w in projection_watchers for t in scopes[id(w)]})
+        summary_tasks = sorted({t for w in summary_watchers for t in scopes[id(w)]})
+        event_sessions = sorted({w.session_id for w in event_watchers if w.session_id is not None})
+        lost_at = self.deps.bus.lost_at
+        since = (lost_at or dt.datetime.now(dt.UTC)) - RESYNC_MARGIN
+        async with self.deps.db.read() as conn:
+            pairs = await pending.sessions_with_pending(conn, projection_tasks)
+            projections = await pending.pending_for_sessions(conn, event_sessions)
+            changed = await message_rows.changed_since(conn, event_sessions, since, limit=RESYNC_MESSAGES)
+        for s, p in pairs:
+            for pw in projection_watchers:
+                if s.task_id in scopes[id(pw)] and pw.scope(s.task_id, s.id):
+                    pw.mailbox.offer(s.id, p)
+        for message in changed:
+            change = SessionChange(
+                "updated", message.session_id, message.id, message, projections.get(message.session_id)
+            )
+            for sw in event_watchers:
+                if sw.session_id == message.session_id:
+                    sw.mailbox.offer(message.id, change)
+        if summary_tasks:
+            views = await self.summaries.reconcile(summary_tasks)
+            for task_id, view in views.items():
+                if view.summary is None:
+                    continue
+                for mw in summary_watchers:
+                    if task_id in scopes[id(mw)] and mw.scope(task_id):
+                        mw.mailbox.offer(task_id, view.summary)
+        log.info(
+            "live subscribers resynced",
+            extra={
+                "event": "live.resynced",
+                "projection_watchers": len(projection_watchers),
+                "summary_watchers": len(summary_watchers),
+                "event_watchers": len(event_watchers),
+                "messages": len(changed),
+            },
+        )
 
     async def _project(self, batch: list[dict[str, Any]]) -> None:
         # Tasks whose writer already reconciled the summary in its own transaction are skipped.

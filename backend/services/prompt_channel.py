@@ -19,6 +19,7 @@ from typing import Any
 from backend import faults
 from backend.domain.clarification import flag
 from backend.domain.ids import new_id
+from backend.events import BusUnavailable
 from backend.executors.base import DispatchOutcome, DispatchResult, PromptRequest
 from backend.repository import reservations, runners, turns
 from backend.services.context import Deps
@@ -51,7 +52,8 @@ class PromptChannel:
     async def hold(self, session_id: str) -> AsyncIterator[AsyncIterator[PromptRequest]]:
         """Hold the session's prompt channel for the duration of the block; yields its dispatches."""
         runner_id = new_id()
-        async with self.deps.bus.subscribe(prompts_channel(session_id)) as events:
+        # After a bus gap the holder re-reads its inbox: a queued answer's nudge may have been lost.
+        async with self.deps.bus.subscribe(prompts_channel(session_id), after_gap={"inbox": True}) as events:
             async with self.deps.db.write() as conn:
                 await runners.take_over(
                     conn,
@@ -134,6 +136,9 @@ class PromptChannel:
                 await self.deps.bus.publish(
                     prompts_channel(request.session_id), {"runner_id": holder, "request": asdict(request)}
                 )
+            except BusUnavailable as exc:
+                # Nothing was sent while the bus is down: provably undelivered.
+                return DispatchResult(DispatchOutcome.REJECTED, f"the event bus is unavailable: {exc}")
             except Exception as exc:
                 log.warning("prompt publication failed", extra={"turn_id": request.turn_id}, exc_info=True)
                 # A failed publish may still have reached the broker: not provably undelivered.

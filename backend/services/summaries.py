@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.domain.errors import CorruptData, SummaryConvergenceError
 from backend.domain.pending import task_pending_action
 from backend.domain.records import SessionPending, SessionRecord, SummaryRecord
+from backend.events import BusUnavailable
 from backend.repository import pending, summaries, tasks
 from backend.services.context import Deps
 
@@ -194,6 +195,12 @@ async def publish_summaries(deps: Deps, written: Iterable[SummaryRecord]) -> Non
             if FAULT_PUBLISH in deps.settings.fault_points:
                 raise RuntimeError(f"injected fault at {FAULT_PUBLISH}")
             await deps.bus.publish(SUMMARY_CHANNEL, summary_event(summary))
+        except BusUnavailable:
+            # The bus is reconnecting; subscribers get a fresh snapshot once it is back.
+            log.warning(
+                "summary not published: bus unavailable",
+                extra={"event": "summary.publish_failed", "task_id": summary.task_id},
+            )
         except Exception:
             log.exception(
                 "summary publication failed",

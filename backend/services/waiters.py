@@ -7,6 +7,15 @@ through the database and answers the responder on the responder's instance chann
 remote waiter = its instance's heartbeat in the meta table is fresh and the bus is shared (not
 `memory://`); of a local waiter = it is registered here. Waiters also wake on every session event of
 their session (one bus subscription per process) and re-read their bundle: events carry ids only.
+
+The bus can lose a message (an outage, a partition). So a process that receives a hand-off for a
+waiter of its own acknowledges receipt at once (`received`), and a responder that hears no receipt
+within `handoff_receipt_seconds` gives up on the hand-off: its claim is restored (or found settled)
+under the session lock, and the waiter's confirmation, should the hand-off arrive after all, finds no
+claim to finalize. Only a received hand-off is waited for up to the live-confirmation bound. When the
+bus comes back after a gap, every waiter re-reads its bundle (events were missed) and a responder
+gives up on every remote hand-off still unconfirmed (its confirmation may have been lost); a waiter
+whose confirmation could not be published retries it until the bus takes it.
 """
 
 from __future__ import annotations
@@ -20,10 +29,11 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from backend import faults
 from backend.db.engine import utcnow
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
-from backend.events import TASK_CHANNEL
+from backend.events import BUS_GAP, TASK_CHANNEL
 from backend.repository import instances
 from backend.services.background import stop_tasks
 from backend.services.context import Deps
@@ -101,12 +111,16 @@ class WaiterHub:
         self._waiters: dict[str, Waiter] = {}
         self._by_session: dict[str, set[str]] = {}
         self._confirmations: dict[str, asyncio.Future[bool]] = {}
+        # Claims handed to another process and not yet confirmed: the receipt timer of each (None
+        # once its receipt arrived).
+        self._remote: dict[str, asyncio.TimerHandle | None] = {}
+        self._retries: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.started = False
 
     @property
     def shared_bus(self) -> bool:
-        return not self.deps.bus.url.startswith("memory://")
+        return self.deps.bus.shared
 
     @property
     def stale_after(self) -> dt.timedelta:
@@ -131,8 +145,9 @@ class WaiterHub:
         log.info("waiter hub started", extra={"event": "waiters.started", "instance_id": self.instance_id})
 
     async def stop(self) -> None:
-        await stop_tasks(self._tasks, log, "waiter hub task")
+        await stop_tasks([*self._tasks, *self._retries], log, "waiter hub task")
         self._tasks.clear()
+        self._retries.clear()
         if self.started:
             try:
                 async with self.deps.db.write() as conn:
@@ -147,7 +162,7 @@ class WaiterHub:
     async def _listen(self, channel: str, handler: Any, ready: asyncio.Event) -> None:
         while True:
             try:
-                async with self.deps.bus.subscribe(channel) as events:
+                async with self.deps.bus.subscribe(channel, after_gap={"type": BUS_GAP}) as events:
                     ready.set()
                     async for event in events:
                         try:
@@ -207,12 +222,17 @@ class WaiterHub:
 
     @contextlib.asynccontextmanager
     async def expect_confirmation(self, claim_id: str) -> AsyncIterator[asyncio.Future[bool]]:
+        """The waiter's verdict on a hand-off: True = finalized; False = not delivered (also when
+        a remote waiter's process did not acknowledge receipt within the receipt bound)."""
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._confirmations[claim_id] = future
         try:
             yield future
         finally:
             self._confirmations.pop(claim_id, None)
+            timer = self._remote.pop(claim_id, None)
+            if timer is not None:
+                timer.cancel()
 
     async def hand_off(self, instance_id: str, waiter_id: str, claim: Claim) -> None:
         message = {
@@ -223,8 +243,28 @@ class WaiterHub:
         }
         if instance_id == self.instance_id:
             await self._on_instance_message(message)
-        else:
-            await self.deps.bus.publish(instance_channel(instance_id), message)
+            return
+        if claim.claim_id in self._confirmations:
+            # Armed before the publish: the receipt can arrive before the publish call returns.
+            self._remote[claim.claim_id] = asyncio.get_running_loop().call_later(
+                self.deps.settings.handoff_receipt_seconds, self._no_receipt, claim.claim_id
+            )
+        await self.deps.bus.publish(instance_channel(instance_id), message)
+
+    def _no_receipt(self, claim_id: str) -> None:
+        if claim_id not in self._remote:
+            return
+        self._remote[claim_id] = None
+        self._give_up(claim_id, "no receipt from the waiter's process")
+
+    def _give_up(self, claim_id: str, why: str) -> None:
+        future = self._confirmations.get(claim_id)
+        if future is not None and not future.done():
+            log.warning(
+                "hand-off given up",
+                extra={"event": "clarification.handoff_lost", "claim_id": claim_id, "why": why},
+            )
+            future.set_result(False)
 
     async def confirm(self, reply_to: str | None, claim_id: str, ok: bool) -> None:
         """Tell the responder the outcome of its hand-off (ok = durably finalized by the waiter)."""
@@ -236,12 +276,40 @@ class WaiterHub:
         else:
             try:
                 await self.deps.bus.publish(instance_channel(reply_to), message)
-            except Exception:
-                # The database holds the truth; the responder re-checks it when its wait ends.
-                log.exception("confirmation publication failed", extra={"claim_id": claim_id})
+            except Exception:  # noqa: BLE001 - retried below
+                # The database holds the truth; the responder re-checks it when its wait ends. Until
+                # then, retry: the bus is usually back within seconds.
+                log.warning("confirmation publication failed; retrying", extra={"claim_id": claim_id})
+                task = asyncio.create_task(self._republish(reply_to, message))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+
+    async def _republish(self, reply_to: str, message: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deps.settings.live_confirmation_seconds
+        while loop.time() < deadline:
+            await asyncio.sleep(0.5)
+            try:
+                await self.deps.bus.publish(instance_channel(reply_to), message)
+                return
+            except Exception:  # noqa: BLE001 - retried until the bound; the responder recovers anyway
+                continue
+
+    async def _acknowledge(self, reply_to: Any, claim_id: str) -> None:
+        """Receipt of a hand-off for a live waiter here: the responder keeps waiting for it."""
+        if not isinstance(reply_to, str) or reply_to == self.instance_id:
+            return
+        try:
+            faults.check("handoff.reply")
+            await self.deps.bus.publish(
+                instance_channel(reply_to), {"type": "received", "claim_id": claim_id}
+            )
+        except Exception:  # without a receipt the responder restores the claim
+            log.warning("hand-off receipt not published", extra={"claim_id": claim_id}, exc_info=True)
 
     async def _on_instance_message(self, message: dict[str, Any]) -> None:
-        if message.get("type") == "handoff":
+        kind = message.get("type")
+        if kind == "handoff":
             claim = claim_from_json(message["claim"])
             waiter = self._waiters.get(str(message.get("waiter_id")))
             if waiter is None or waiter.finished or waiter.pending_id != claim.pending_id:
@@ -250,12 +318,29 @@ class WaiterHub:
                 await self.confirm(message.get("reply_to"), claim.claim_id, False)
                 return
             waiter.queue.put_nowait(Notice(NoticeKind.HANDOFF, claim, message.get("reply_to")))
-        elif message.get("type") == "confirmed":
+            await self._acknowledge(message.get("reply_to"), claim.claim_id)
+        elif kind == "received":
+            claim_id = str(message.get("claim_id"))
+            timer = self._remote.get(claim_id)
+            if timer is not None:
+                timer.cancel()
+                self._remote[claim_id] = None
+        elif kind == "confirmed":
             future = self._confirmations.get(str(message.get("claim_id")))
             if future is not None and not future.done():
                 future.set_result(bool(message.get("ok")))
+        elif kind == BUS_GAP:
+            # A receipt or confirmation may have been lost in the gap: recover every remote hand-off
+            # still open (the restore and a late confirmation serialize on the claim in the database).
+            for claim_id in list(self._remote):
+                self._give_up(claim_id, "the bus was lost while the hand-off was open")
 
     async def _on_session_event(self, event: dict[str, Any]) -> None:
+        if event.get("type") == BUS_GAP:
+            # Session events may have been missed: every waiter re-reads its bundle.
+            for woken in list(self._waiters.values()):
+                woken.wake()
+            return
         if event.get("type") in NO_WAKE_EVENTS:
             return
         for waiter_id in list(self._by_session.get(str(event.get("session_id")), ())):

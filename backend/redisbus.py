@@ -1,0 +1,41 @@
+"""broadcaster's Redis backend with two repairs.
+
+- Subscribing marks the backend ready only once redis-py recorded the channel: broadcaster sets its
+  ready flag first, so its listener can start `listen()` while redis-py still counts no channel,
+  return at once, and then wait for the next subscribe, deaf to the channels it has.
+- Publishes share a bounded pool that waits for a free connection: redis-py's default pool raises
+  "Too many connections" beyond 100 concurrent commands, which a burst of publishes reaches and
+  which would look like a lost bus (the bus's publish timeout bounds the wait instead).
+- Closing is bounded: a paused Redis answers nothing, so closing a dropped connection must never
+  wait on it (the event bus replaces the connection instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from broadcaster._backends.redis import RedisBackend
+from redis import asyncio as redis
+
+POOL_CONNECTIONS = 32
+
+
+class RedisBus(RedisBackend):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        pool = redis.BlockingConnectionPool.from_url(url, max_connections=POOL_CONNECTIONS, timeout=None)
+        self._conn = redis.Redis(connection_pool=pool)
+        self._pubsub = self._conn.pubsub()
+
+    async def subscribe(self, channel: str) -> None:
+        await self._pubsub.subscribe(channel)
+        self._ready.set()
+
+    async def disconnect(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+        for closing in (self._pubsub.aclose, self._conn.aclose):
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(1.0):
+                    await closing()
