@@ -108,12 +108,23 @@ class json_update(FunctionElement[Any]):
         column: ColumnElement[Any],
         set_values: dict[str, Any] | None = None,
         remove: tuple[str, ...] | list[str] = (),
+        *,
+        param: str | None = None,
     ) -> None:
+        """`param`: the values arrive at execution as this bound parameter (the text of
+        `json_patch(values)`), for a statement built once; `set_values` then only names the keys."""
         self.set_keys = tuple(_key(k) for k in (set_values or {}))
         self.remove_keys = tuple(_key(k) for k in remove)
         self.type = column.type
-        patch = json.dumps(set_values or {}, separators=(",", ":"), sort_keys=True)
-        super().__init__(column, bindparam(None, patch, type_=Text(), unique=True))
+        if param is not None:
+            super().__init__(column, bindparam(param, type_=Text()))
+            return
+        super().__init__(column, bindparam(None, json_patch(set_values or {}), type_=Text(), unique=True))
+
+
+def json_patch(values: dict[str, Any]) -> str:
+    """The bound text of a `json_update` built with `param`."""
+    return json.dumps(values, separators=(",", ":"), sort_keys=True)
 
 
 @compiles(json_update, "sqlite")

@@ -15,7 +15,8 @@ from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_,
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.sqlfuncs import json_flag, json_text, json_update
+from backend.db.prepared import Prepared
+from backend.db.sqlfuncs import json_flag, json_patch, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData, NotFound
@@ -75,21 +76,29 @@ _SESSION_OF_BUNDLE = (
     .limit(1)
 )
 
-_BUNDLE_FACTS = (
-    select(
-        M.c.id,
-        M.c.session_id,
-        M.c.turn_id,
-        M.c.metadata,
-        _PID.label("pending_id"),
-        S.c.task_id,
-        S.c.state,
-        current_turn_id(M.c.session_id).label("current_turn"),
+_SESSION_OF_BUNDLE_P = Prepared(_SESSION_OF_BUNDLE)
+
+
+def _bundle_facts(where: ColumnElement[bool]) -> Any:
+    return (
+        select(
+            M.c.id,
+            M.c.session_id,
+            M.c.turn_id,
+            M.c.metadata,
+            _PID.label("pending_id"),
+            S.c.task_id,
+            S.c.state,
+            current_turn_id(M.c.session_id).label("current_turn"),
+        )
+        .join(S, S.c.id == M.c.session_id)
+        .where(where, M.c.type == MESSAGE_KIND_CLARIFICATION)
+        .order_by(M.c.created_at, M.c.id)
     )
-    .join(S, S.c.id == M.c.session_id)
-    .where(_PID.in_(bindparam("b_pending_ids", expanding=True)), M.c.type == MESSAGE_KIND_CLARIFICATION)
-    .order_by(M.c.created_at, M.c.id)
-)
+
+
+_BUNDLE_FACTS_ONE = Prepared(_bundle_facts(_PENDING_ID_IS))
+_BUNDLE_FACTS = _bundle_facts(_PID.in_(bindparam("b_pending_ids", expanding=True)))
 
 _ACTIVE_BY_SIGNATURE = (
     select(_PID.label("pending_id"))
@@ -105,11 +114,31 @@ _ACTIVE_BY_SIGNATURE = (
 # What an ask needs, in one statement: the session, its current turn, and the active bundle an
 # identical ask would re-attach to (only an active bundle qualifies: of the current turn, pending,
 # in a live session).
-_ASK_CONTEXT = select(
-    S,
-    current_turn_id(S.c.id).label("current_turn"),
-    _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
-).where(S.c.id == _B_SESSION)
+_ASK_CONTEXT = Prepared(
+    select(
+        S,
+        current_turn_id(S.c.id).label("current_turn"),
+        _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
+    ).where(S.c.id == _B_SESSION)
+)
+_INSERT_ROW = Prepared(
+    M.insert().values(
+        {
+            c: bindparam(f"b_{c}", type_=M.c[c].type)
+            for c in (
+                "id",
+                "session_id",
+                "turn_id",
+                "type",
+                "author",
+                "content",
+                "metadata",
+                "created_at",
+                "updated_at",
+            )
+        }
+    )
+)
 
 
 def _bundle_row(row: Any) -> BundleRow:
@@ -124,7 +153,7 @@ def _bundle_row(row: Any) -> BundleRow:
 
 async def session_of_bundle(conn: AsyncConnection, pending_id: str) -> str | None:
     """The session a bundle lives in (its first row's); the caller locks it, then reads the bundle."""
-    row = (await conn.execute(_SESSION_OF_BUNDLE, {"b_pending_id": pending_id})).first()
+    row = await _SESSION_OF_BUNDLE_P.first(conn, {"b_pending_id": pending_id})
     return None if row is None else str(row.session_id)
 
 
@@ -139,7 +168,13 @@ async def bundle_facts(
     if not pending_ids:
         return {}
     out: dict[str, tuple[list[BundleRow], str, str, str | None]] = {}
-    for row in await conn.execute(_BUNDLE_FACTS, {"b_pending_ids": list(dict.fromkeys(pending_ids))}):
+    ids = list(dict.fromkeys(pending_ids))
+    found: Any = (
+        await _BUNDLE_FACTS_ONE.rows(conn, {"b_pending_id": ids[0]})
+        if len(ids) == 1
+        else await conn.execute(_BUNDLE_FACTS, {"b_pending_ids": ids})
+    )
+    for row in found:
         entry = out.get(row.pending_id)
         if entry is None:
             current = None if row.current_turn is None else str(row.current_turn)
@@ -180,7 +215,7 @@ async def ask_context(
     conn: AsyncConnection, session_id: str, signature: str
 ) -> tuple[SessionRecord, str | None, str | None]:
     """(session, its current turn, the active bundle with this signature) in one statement."""
-    row = (await conn.execute(_ASK_CONTEXT, {"b_session": session_id, "b_signature": signature})).first()
+    row = await _ASK_CONTEXT.first(conn, {"b_session": session_id, "b_signature": signature})
     if row is None:
         raise NotFound("session", session_id)
     turn = None if row.current_turn is None else str(row.current_turn)
@@ -240,23 +275,21 @@ async def insert_bundle(
                 now,
             )
         )
-    await conn.execute(
-        M.insert(),
-        [
-            {
-                "id": r.id,
-                "session_id": r.session_id,
-                "turn_id": r.turn_id,
-                "type": r.type,
-                "author": r.author,
-                "content": r.content,
-                "metadata": r.metadata,
-                "created_at": now,
-                "updated_at": now,
-            }
-            for r in records
-        ],
-    )
+    values = [
+        {
+            "b_id": r.id,
+            "b_session_id": r.session_id,
+            "b_turn_id": r.turn_id,
+            "b_type": r.type,
+            "b_author": r.author,
+            "b_content": r.content,
+            "b_metadata": r.metadata,
+            "b_created_at": now,
+            "b_updated_at": now,
+        }
+        for r in records
+    ]
+    await _INSERT_ROW.many(conn, values)
     return records
 
 
@@ -373,6 +406,17 @@ async def claim(
     """
     if not message_ids:
         return []
+    if len(message_ids) == 1 and len(answers) <= 1:
+        return await _claim_one(
+            conn,
+            session_id=session_id,
+            pending_id=pending_id,
+            message_id=message_ids[0],
+            answer=None if rejected or not answers else next(iter(answers.items())),
+            rejected=rejected,
+            claim_id=claim_id,
+            detach_rows=detach_rows,
+        )
     status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
     base: dict[str, Any] = {"status": status.value}
     if claim_id is not None:
@@ -406,6 +450,69 @@ async def claim(
     return [_bundle_row(r) for r in result]
 
 
+# The claim of a one-row bundle (the common case), built once per shape of the written metadata.
+_CLAIM_ONE: dict[tuple[str, ...], Prepared] = {}
+_CLAIM_WHERE = (
+    M.c.id == bindparam("b_id", type_=M.c.id.type),
+    _PENDING_ID_IS,
+    ACTIVE_ROWS,
+    not_(json_flag(M.c.metadata, INTENT_KEY)),
+)
+
+
+def _claim_one_statement(keys: tuple[str, ...], with_response: bool) -> Prepared:
+    shape = (*keys, "+response" if with_response else "")
+    prepared = _CLAIM_ONE.get(shape)
+    if prepared is None:
+        base = json_update(M.c.metadata, dict.fromkeys(keys), param="b_patch")
+        new_metadata: Any = base
+        if with_response:
+            answered = json_update(M.c.metadata, dict.fromkeys((*keys, "response")), param="b_patch_answer")
+            new_metadata = case(
+                (json_text(M.c.metadata, "question_id") == bindparam("b_question_id"), answered), else_=base
+            )
+        prepared = _CLAIM_ONE[shape] = Prepared(
+            update(M)
+            .where(*_CLAIM_WHERE)
+            .values(metadata=new_metadata, updated_at=bindparam("b_now", type_=M.c.updated_at.type))
+            .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+        )
+    return prepared
+
+
+async def _claim_one(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_id: str,
+    answer: tuple[str, Answer] | None,
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+) -> list[BundleRow]:
+    """`claim` for one row: the same conditional UPDATE, with its values bound instead of built."""
+    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
+    base: dict[str, Any] = {"status": status.value}
+    if claim_id is not None:
+        base[INTENT_KEY] = True
+        base[CLAIM_KEY] = claim_id
+    if detach_rows:
+        base["agent_disconnected"] = True
+    params: dict[str, Any] = {
+        **_bound(session_id, pending_id),
+        "b_id": message_id,
+        "b_patch": json_patch(base),
+        "b_now": utcnow(),
+    }
+    if answer is not None:
+        question_id, value = answer
+        params["b_question_id"] = question_id
+        params["b_patch_answer"] = json_patch({**base, "response": value.as_response()})
+    claimed = await _claim_one_statement(tuple(base), answer is not None).rows(conn, params)
+    return [_bundle_row(r) for r in claimed]
+
+
 def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement[bool]]:
     return [
         M.c.id.in_(list(message_ids)),
@@ -426,9 +533,24 @@ _SETTLE_CLAIM = (
 )
 
 
+_SETTLE_ONE = Prepared(
+    update(M)
+    .where(
+        M.c.id == bindparam("b_id", type_=M.c.id.type),
+        json_flag(M.c.metadata, INTENT_KEY),
+        json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
+    )
+    .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+    .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+)
+
+
 async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_id: str) -> list[BundleRow]:
     """Finalize (delivery confirmed) or retire (delivery impossible) exactly this claim's rows: remove
     the intent while it is still set by this claim. `updated_at` keeps the response time."""
+    if len(message_ids) == 1:
+        settled = await _SETTLE_ONE.rows(conn, {"b_id": message_ids[0], "b_claim": claim_id})
+        return [_bundle_row(r) for r in settled]
     result = await conn.execute(_SETTLE_CLAIM, {"b_ids": list(message_ids), "b_claim": claim_id})
     return [_bundle_row(r) for r in result]
 

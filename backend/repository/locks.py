@@ -10,12 +10,14 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.types import BigInteger
 
+from backend.db.prepared import Prepared
+
 # Many sessions in one statement (startup recovery locks thousands): the ordered subquery keeps
 # acquisition order sorted, so two batch lockers never deadlock.
 _LOCK_MANY = text(
     "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT unnest(:keys) AS k ORDER BY 1) AS ordered"
 ).bindparams(bindparam("keys", type_=ARRAY(BigInteger())))
-_LOCK_ONE = select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger())))
+_LOCK_ONE = Prepared(select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger()))))
 
 
 def _key(session_id: str) -> int:
@@ -35,4 +37,4 @@ async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> No
         await conn.execute(_LOCK_MANY, {"keys": keys})
         return
     for key in keys:
-        await conn.execute(_LOCK_ONE, {"key": key})
+        await _LOCK_ONE.rows(conn, {"key": key})

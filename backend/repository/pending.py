@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Select, bindparam, select
+from sqlalchemy import ColumnElement, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.db.prepared import Prepared
 from backend.db.sqlfuncs import json_text
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
@@ -40,6 +41,10 @@ _BY_TASK_IDS = _projected_sessions(S.c.task_id.in_(bindparam("b_task_ids", expan
 _BY_TASK_IDS = _BY_TASK_IDS.order_by(
     _BY_TASK_IDS.selected_columns.created_at, _BY_TASK_IDS.selected_columns.id
 )
+_BY_TASK_ID = _projected_sessions(S.c.task_id == bindparam("b_task_id", type_=S.c.task_id.type))
+_BY_TASK_ID_P = Prepared(
+    _BY_TASK_ID.order_by(_BY_TASK_ID.selected_columns.created_at, _BY_TASK_ID.selected_columns.id)
+)
 _SESSION_STATE = (
     select(S.c.state).where(S.c.id == bindparam("b_session", type_=S.c.id.type)).scalar_subquery()
 )
@@ -55,7 +60,7 @@ _ACTIVE_PENDING_IDS = (
 )
 
 
-def _projection(row: Row[Any]) -> SessionPending:
+def _projection(row: Any) -> SessionPending:
     epoch = 0 if row.epoch is None else parse_epoch(row.epoch)
     return SessionPending(
         row.id, row.task_id, row.state, row.turn_id, row.pending_action, Revision(epoch, int(row.pending_seq))
@@ -78,7 +83,13 @@ async def sessions_with_pending(
     """Every session of these tasks (oldest first) with its projection, in one statement."""
     if not task_ids:
         return []
-    found = await conn.execute(_BY_TASK_IDS, {"b_task_ids": list(dict.fromkeys(task_ids))})
+    ids = list(dict.fromkeys(task_ids))
+    if len(ids) == 1:
+        return [
+            (rows.session(row), _projection(row))
+            for row in await _BY_TASK_ID_P.rows(conn, {"b_task_id": ids[0]})
+        ]
+    found = await conn.execute(_BY_TASK_IDS, {"b_task_ids": ids})
     return [(rows.session(row), _projection(row)) for row in found]
 
 

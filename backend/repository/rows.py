@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Row
-
 from backend.domain.errors import CorruptData
 from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
 
@@ -25,12 +23,12 @@ def metadata_of(value: Any, *, where: str) -> dict[str, Any]:
     return value
 
 
-def task(row: Row[Any]) -> TaskRecord:
+def task(row: Any) -> TaskRecord:
     m = row._mapping
     return TaskRecord(m["id"], m["title"], m["workflow_step"], m["created_at"], m["updated_at"])
 
 
-def session(row: Row[Any]) -> SessionRecord:
+def session(row: Any) -> SessionRecord:
     m = row._mapping
     return SessionRecord(
         m["id"],
@@ -44,7 +42,7 @@ def session(row: Row[Any]) -> SessionRecord:
     )
 
 
-def turn(row: Row[Any]) -> TurnRecord:
+def turn(row: Any) -> TurnRecord:
     m = row._mapping
     return TurnRecord(
         m["id"],
@@ -56,7 +54,7 @@ def turn(row: Row[Any]) -> TurnRecord:
     )
 
 
-def message(row: Row[Any]) -> MessageRecord:
+def message(row: Any) -> MessageRecord:
     m = row._mapping
     return MessageRecord(
         m["id"],

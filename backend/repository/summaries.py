@@ -5,15 +5,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select, tuple_, update
+from sqlalchemy import bindparam, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
+from backend.db.prepared import Prepared
 from backend.db.tables import task_status_summaries as S
 from backend.domain.errors import CorruptData
 from backend.domain.records import SummaryRecord
 from backend.repository.rows import metadata_of
+
+_B_TASK = bindparam("b_task", type_=S.c.task_id.type)
+# The unit of work's single-task reconciliation, run on the driver connection (backend/db/prepared.py).
+_LOCK_ONE = Prepared(select(S).where(S.c.task_id == _B_TASK).with_for_update())
+_SET_ONE = Prepared(
+    update(S)
+    .where(S.c.task_id == _B_TASK, S.c.revision == bindparam("b_revision", type_=S.c.revision.type))
+    .values(
+        pending_action=bindparam("b_pending_action", type_=S.c.pending_action.type),
+        revision=S.c.revision + 1,
+        updated_at=bindparam("b_now", type_=S.c.updated_at.type),
+    )
+    .returning(*S.c)
+)
 
 
 def _record(row: Any) -> SummaryRecord:
@@ -45,6 +60,8 @@ async def lock_summaries(conn: AsyncConnection, task_ids: Sequence[str]) -> dict
     if not task_ids:
         return {}
     ids = sorted(set(task_ids))
+    if len(ids) == 1:
+        return {r.task_id: _record(r) for r in await _LOCK_ONE.rows(conn, {"b_task": ids[0]})}
     result = await conn.execute(select(S).where(S.c.task_id.in_(ids)).order_by(S.c.task_id).with_for_update())
     return {r.task_id: _record(r) for r in result}
 
@@ -75,10 +92,14 @@ async def compare_and_set(
     `fields` is never written, so unrelated summary content survives. One UPDATE per distinct
     pending value (at most three), whatever the number of tasks.
     """
+    now = utcnow()
+    if len(changes) == 1:
+        ((task_id, (expected, value)),) = changes.items()
+        params = {"b_task": task_id, "b_revision": expected, "b_pending_action": value, "b_now": now}
+        return {r.task_id: _record(r) for r in await _SET_ONE.rows(conn, params)}
     by_value: dict[str | None, list[tuple[str, int]]] = {}
     for task_id, (expected, value) in changes.items():
         by_value.setdefault(value, []).append((task_id, expected))
-    now = utcnow()
     won: dict[str, SummaryRecord] = {}
     for value, keys in by_value.items():
         result = await conn.execute(

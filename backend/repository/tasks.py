@@ -8,6 +8,7 @@ from sqlalchemy import bindparam, exists, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
+from backend.db.prepared import Prepared
 from backend.db.tables import task_session_messages, task_sessions, tasks
 from backend.domain.errors import NotFound
 from backend.domain.ids import new_id
@@ -137,6 +138,11 @@ _MARK_RUNNING_WHEN_UNBLOCKED = (
 _MARK_RUNNING_WHEN_UNBLOCKED_BUMP = _MARK_RUNNING_WHEN_UNBLOCKED.values(
     pending_seq=task_sessions.c.pending_seq + 1
 )
+# Run on the driver connection (backend/db/prepared.py): the hot path's statements.
+_SET_STATE_P = Prepared(_SET_STATE)
+_SET_STATE_BUMP_P = Prepared(_SET_STATE_BUMP)
+_MARK_RUNNING_P = Prepared(_MARK_RUNNING_WHEN_UNBLOCKED.returning(task_sessions.c.id))
+_MARK_RUNNING_BUMP_P = Prepared(_MARK_RUNNING_WHEN_UNBLOCKED_BUMP.returning(task_sessions.c.id))
 
 
 async def set_session_state(
@@ -145,18 +151,17 @@ async def set_session_state(
     """`bump`: also bump the session's pending sequence (then the unit of work need not; see
     `Work.touched_and_bumped`)."""
     params = {"b_session": session_id, "b_state": state, "b_now": utcnow()}
-    await conn.execute(_SET_STATE_BUMP if bump else _SET_STATE, params)
+    await (_SET_STATE_BUMP_P if bump else _SET_STATE_P).rows(conn, params)
 
 
 async def mark_running_when_unblocked(conn: AsyncConnection, session_id: str, *, bump: bool = False) -> bool:
     """WAITING_FOR_INPUT -> RUNNING once the session has no active clarification left (its last
     question was answered, skipped, resumed or cancelled). True when the state changed (`bump`: and
     then its pending sequence was bumped too)."""
-    result = await conn.execute(
-        _MARK_RUNNING_WHEN_UNBLOCKED_BUMP if bump else _MARK_RUNNING_WHEN_UNBLOCKED,
-        {"b_session": session_id, "b_now": utcnow()},
+    changed = await (_MARK_RUNNING_BUMP_P if bump else _MARK_RUNNING_P).rows(
+        conn, {"b_session": session_id, "b_now": utcnow()}
     )
-    return result.rowcount == 1
+    return len(changed) == 1
 
 
 async def mark_running_on_new_turn(conn: AsyncConnection, session_id: str) -> bool:
@@ -179,6 +184,12 @@ _BUMP = (
     .where(task_sessions.c.id.in_(bindparam("session_ids", expanding=True)))
     .values(pending_seq=task_sessions.c.pending_seq + 1)
 )
+_BUMP_ONE = Prepared(
+    update(task_sessions)
+    .where(task_sessions.c.id == bindparam("session_id", type_=task_sessions.c.id.type))
+    .values(pending_seq=task_sessions.c.pending_seq + 1)
+    .returning(task_sessions.c.id)
+)
 
 
 async def bump_pending_seqs(conn: AsyncConnection, session_ids: Sequence[str]) -> None:
@@ -186,7 +197,11 @@ async def bump_pending_seqs(conn: AsyncConnection, session_ids: Sequence[str]) -
     inside its transaction (the unit of work does it at commit)."""
     if not session_ids:
         return
-    await conn.execute(_BUMP, {"session_ids": sorted(set(session_ids))})
+    ids = sorted(set(session_ids))
+    if len(ids) == 1:
+        await _BUMP_ONE.rows(conn, {"session_id": ids[0]})
+        return
+    await conn.execute(_BUMP, {"session_ids": ids})
 
 
 async def sessions_by_id(conn: AsyncConnection, session_ids: Iterable[str]) -> list[SessionRecord]:

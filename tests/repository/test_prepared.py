@@ -1,0 +1,221 @@
+"""Prepared statements run on the driver connection but behave exactly like `conn.execute`: the same
+values back (types processed), inside the caller's transaction, counted, and failing with SQLAlchemy's
+own errors."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import pytest
+from sqlalchemy import bindparam, select, text, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import Database, utcnow
+from backend.db.prepared import Prepared
+from backend.db.tables import task_session_messages as M
+from backend.db.tables import task_sessions as S
+from backend.db.tables import task_status_summaries as Summaries
+from backend.domain.errors import BrokenInvariant
+from backend.domain.ids import new_id
+from backend.domain.lifecycle import validate_questions
+from backend.repository import clarifications, locks, pending, summaries, tasks, turns
+
+
+async def seed_session(conn: AsyncConnection) -> tuple[str, str, str]:
+    """A task, its session waiting on a two-question bundle in its first turn: (task, session, bundle)."""
+    task = await tasks.create_task(conn, "t")
+    session = await tasks.create_session(conn, task.id, is_primary=True, input_capable=True)
+    turn = await turns.insert_turn(conn, session.id)
+    pending_id = new_id()
+    questions = validate_questions(
+        [
+            {"prompt": "a?", "options": [{"label": "x"}, {"label": "y"}]},
+            {"prompt": "b?", "options": [{"label": "z"}, {"label": "w"}]},
+        ],
+        None,
+    )
+    await clarifications.insert_bundle(
+        conn,
+        session_id=session.id,
+        turn_id=turn.id,
+        pending_id=pending_id,
+        questions=questions,
+        context="why",
+        signature="sig",
+        waiter_id="w",
+        waiter_instance="i",
+    )
+    await tasks.set_session_state(conn, session.id, "WAITING_FOR_INPUT")
+    return task.id, session.id, pending_id
+
+
+def _plain(rows: list[Any]) -> list[dict[str, Any]]:
+    return [dict(r._mapping) for r in rows]
+
+
+# Every prepared statement of the hot path, with parameters that find rows; each must return what
+# SQLAlchemy's own execution returns for the same statement.
+def _cases(session_id: str, task_id: str, pending_id: str) -> list[tuple[Prepared, dict[str, Any]]]:
+    return [
+        (clarifications._ASK_CONTEXT, {"b_session": session_id, "b_signature": "nothing"}),
+        (clarifications._SESSION_OF_BUNDLE_P, {"b_pending_id": pending_id}),
+        (clarifications._BUNDLE_FACTS_ONE, {"b_pending_id": pending_id}),
+        (pending._BY_TASK_ID_P, {"b_task_id": task_id}),
+        (summaries._LOCK_ONE, {"b_task": task_id}),
+    ]
+
+
+async def test_reads_return_what_sqlalchemy_returns(db: Database) -> None:
+    async with db.write() as conn:
+        task_id, session_id, pending_id = await seed_session(conn)
+        await summaries.insert_missing(conn, {task_id: "clarification"})
+    for prepared, params in _cases(session_id, task_id, pending_id):
+        async with db.read() as conn:
+            fast = await prepared.rows(conn, params)
+            slow = (await conn.execute(prepared.statement, params)).all()
+        assert fast, prepared.statement
+        assert _plain(fast) == _plain(slow)
+        assert [tuple(r) for r in fast] == [tuple(r) for r in slow]
+    async with db.read() as conn:
+        row = await clarifications._ASK_CONTEXT.first(conn, {"b_session": session_id, "b_signature": "x"})
+    assert row is not None
+    assert isinstance(row.created_at, dt.datetime)
+    assert row.created_at.tzinfo is not None
+    async with db.read() as conn:
+        facts = await clarifications._BUNDLE_FACTS_ONE.rows(conn, {"b_pending_id": pending_id})
+    assert isinstance(facts[0].metadata, dict)
+    assert facts[0].metadata["pending_id"] == pending_id
+
+
+async def test_writes_store_what_sqlalchemy_would_and_return_processed_rows(db: Database) -> None:
+    async with db.write() as conn:
+        task_id, session_id, _ = await seed_session(conn)
+        await summaries.insert_missing(conn, {task_id: None})
+    now = utcnow()
+    async with db.write() as conn:
+        won = await summaries.compare_and_set(conn, {task_id: (1, "clarification")})
+        lost = await summaries.compare_and_set(conn, {task_id: (1, None)})
+        await tasks.set_session_state(conn, session_id, "RUNNING", bump=True)
+    assert lost == {}
+    assert (won[task_id].revision, won[task_id].pending_action) == (2, "clarification")
+    assert won[task_id].updated_at >= now
+    assert won[task_id].updated_at.tzinfo is not None
+    async with db.read() as conn:
+        stored = (await conn.execute(select(Summaries).where(Summaries.c.task_id == task_id))).one()
+        session = (await conn.execute(select(S).where(S.c.id == session_id))).one()
+    assert stored.updated_at == won[task_id].updated_at
+    assert (session.state, session.pending_seq) == ("RUNNING", 1)
+
+
+async def test_a_prepared_statement_belongs_to_the_callers_transaction(db: Database) -> None:
+    async with db.write() as conn:
+        _, session_id, _ = await seed_session(conn)
+
+    async def fail_after_a_write() -> None:
+        async with db.write() as conn:
+            # The first statement of the transaction: on asyncpg it must start the transaction.
+            await tasks.set_session_state(conn, session_id, "FAILED", bump=True)
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        await fail_after_a_write()
+    async with db.read() as conn:
+        session = (await conn.execute(select(S).where(S.c.id == session_id))).one()
+    assert (session.state, session.pending_seq) != ("FAILED", 1)
+
+
+async def test_prepared_statements_are_counted(db: Database) -> None:
+    async with db.write() as conn:
+        _, session_id, _ = await seed_session(conn)
+    before = db.statements
+    async with db.write():
+        pass  # SQLite counts its BEGIN IMMEDIATE
+    empty = db.statements - before
+    before = db.statements
+    async with db.write() as conn:
+        await tasks.set_session_state(conn, session_id, "RUNNING")
+        await tasks.bump_pending_seqs(conn, [session_id])
+    assert db.statements - before == empty + 2
+
+
+async def test_a_driver_error_is_sqlalchemys_error_and_the_transaction_rolls_back(db: Database) -> None:
+    async with db.write() as conn:
+        _, session_id, pending_id = await seed_session(conn)
+        row = (await conn.execute(select(M).where(M.c.session_id == session_id))).first()
+    assert row is not None
+    duplicate = {f"b_{k}": v for k, v in row._mapping.items()}
+
+    async def write_a_duplicate() -> None:
+        async with db.write() as conn:
+            await tasks.set_session_state(conn, session_id, "FAILED")
+            await clarifications._INSERT_ROW.many(conn, [duplicate])
+
+    with pytest.raises(IntegrityError):
+        await write_a_duplicate()
+    async with db.read() as conn:
+        state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
+        assert state != "FAILED"
+        # The connection went back to the pool in a usable state.
+        assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+    assert pending_id
+
+
+async def test_a_lost_connection_invalidates_it_like_sqlalchemy_does(pg_url: str) -> None:
+    db = Database(pg_url, pool_size=1)
+    admin = Database(pg_url, pool_size=1)
+    try:
+        async with db.read() as conn:
+            dead = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        async with admin.read() as conn:
+            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead})
+        with pytest.raises(DBAPIError) as failed:
+            async with db.write() as conn:
+                await tasks.bump_pending_seqs(conn, ["no-such-session"])
+        assert failed.value.connection_invalidated
+        async with db.read() as conn:
+            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() != dead
+    finally:
+        await db.dispose()
+        await admin.dispose()
+
+
+def test_an_in_list_of_the_callers_values_is_refused(db: Database) -> None:
+    refused = Prepared(update(S).where(S.c.id.in_(bindparam("ids", expanding=True))).values(state="x"))
+    with pytest.raises(BrokenInvariant):
+        refused._plan(db.engine.sync_engine.dialect)
+
+
+async def test_a_statement_cancelled_mid_flight_never_returns_its_connection_to_the_pool(pg_url: str) -> None:
+    db = Database(pg_url, pool_size=1)
+    holder = Database(pg_url, pool_size=1)
+    try:
+        async with holder.write() as held:
+            await locks.lock_sessions(held, ["s"])
+
+            async def wait_for_the_lock() -> None:
+                async with db.write() as conn:
+                    await locks.lock_sessions(conn, ["s"])
+
+            blocked = asyncio.create_task(wait_for_the_lock())
+            await asyncio.sleep(0.3)  # blocked on the lock, inside its transaction
+            blocked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await blocked
+        # Had the connection gone back to the pool mid-transaction, this would nest in it (a
+        # savepoint) and its lock would outlive its commit.
+        async with db.write() as conn:
+            await locks.lock_sessions(conn, ["s"])
+        async with holder.read() as conn:
+            stuck = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+                )
+            )
+            assert stuck.scalar_one() == 0
+    finally:
+        await db.dispose()
+        await holder.dispose()
