@@ -28,6 +28,13 @@ class RedisBus(RedisBackend):
         self._conn = redis.Redis(connection_pool=pool)
         self._pubsub = self._conn.pubsub()
 
+    async def publish_many(self, messages: list[tuple[str, str]]) -> None:
+        """Several publishes in one round trip (a pipeline, not a transaction: each is independent)."""
+        async with self._conn.pipeline(transaction=False) as pipe:
+            for channel, message in messages:
+                pipe.publish(channel, message)
+            await pipe.execute()
+
     async def subscribe(self, channel: str) -> None:
         await self._pubsub.subscribe(channel)
         self._ready.set()

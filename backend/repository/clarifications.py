@@ -29,8 +29,8 @@ from backend.domain.lifecycle import (
     QuestionSpec,
 )
 from backend.domain.records import MessageRecord, SessionRecord
-from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus
-from backend.repository import rows
+from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
+from backend.repository import rows, tasks
 from backend.repository.authority import (
     active_clarification_rows,
     current_turn_id,
@@ -38,6 +38,7 @@ from backend.repository.authority import (
     is_pending_status,
     session_is_live,
 )
+from backend.repository.locks import lock_key
 
 # Conditions are built once per process over bound parameters: `b_session` (the session whose
 # rows a write may touch) and `b_pending_id` (one bundle). Callers pass both as execute parameters.
@@ -77,6 +78,12 @@ _SESSION_OF_BUNDLE = (
 )
 
 _SESSION_OF_BUNDLE_P = Prepared(_SESSION_OF_BUNDLE)
+# PostgreSQL: the same, and its session's lock taken in the same statement (the LIMIT keeps the
+# subquery whole, so the lock is taken for the one row found).
+_FOUND = _SESSION_OF_BUNDLE.subquery("found")
+_LOCK_SESSION_OF_BUNDLE = Prepared(
+    select(_FOUND.c.session_id, func.pg_advisory_xact_lock(lock_key(_FOUND.c.session_id)).label("locked"))
+)
 
 
 def _bundle_facts(where: ColumnElement[bool]) -> Any:
@@ -121,24 +128,37 @@ _ASK_CONTEXT = Prepared(
         _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
     ).where(S.c.id == _B_SESSION)
 )
-_INSERT_ROW = Prepared(
-    M.insert().values(
-        {
-            c: bindparam(f"b_{c}", type_=M.c[c].type)
-            for c in (
-                "id",
-                "session_id",
-                "turn_id",
-                "type",
-                "author",
-                "content",
-                "metadata",
-                "created_at",
-                "updated_at",
-            )
-        }
+_INSERT_ROW_STATEMENT = M.insert().values(
+    {
+        c: bindparam(f"b_{c}", type_=M.c[c].type)
+        for c in (
+            "id",
+            "session_id",
+            "turn_id",
+            "type",
+            "author",
+            "content",
+            "metadata",
+            "created_at",
+            "updated_at",
+        )
+    }
+)
+# PostgreSQL: the row and the session's new state (with its sequence bump) in one statement.
+_INSERT_AND_SET_STATE = Prepared(
+    select(_INSERT_ROW_STATEMENT.returning(M.c.id).cte("inserted").c.id).add_cte(
+        update(S)
+        .where(S.c.id == _B_SESSION)
+        .values(
+            state=bindparam("b_state", type_=S.c.state.type),
+            pending_seq=S.c.pending_seq + 1,
+            updated_at=bindparam("b_updated_at", type_=S.c.updated_at.type),
+        )
+        .returning(S.c.id)
+        .cte("state_set")
     )
 )
+_INSERT_ROW = Prepared(_INSERT_ROW_STATEMENT)
 
 
 def _bundle_row(row: Any) -> BundleRow:
@@ -155,6 +175,16 @@ async def session_of_bundle(conn: AsyncConnection, pending_id: str) -> str | Non
     """The session a bundle lives in (its first row's); the caller locks it, then reads the bundle."""
     row = await _SESSION_OF_BUNDLE_P.first(conn, {"b_pending_id": pending_id})
     return None if row is None else str(row.session_id)
+
+
+async def lock_session_of_bundle(conn: AsyncConnection, pending_id: str) -> tuple[str | None, bool]:
+    """`session_of_bundle`, and on PostgreSQL its session's lock taken in the same statement: (the
+    session, whether it is now locked). A bundle's session never changes, so what the caller reads
+    next (a new snapshot, after the lock) is as fresh as after a separate lock."""
+    if conn.dialect.name != "postgresql":
+        return await session_of_bundle(conn, pending_id), False
+    row = await _LOCK_SESSION_OF_BUNDLE.first(conn, {"b_pending_id": pending_id})
+    return (None, False) if row is None else (str(row.session_id), True)
 
 
 async def bundle_facts(
@@ -242,8 +272,12 @@ async def insert_bundle(
     signature: str,
     waiter_id: str,
     waiter_instance: str,
+    state: str | None = None,
 ) -> list[MessageRecord]:
-    """One row per question in one multi-row INSERT: the bundle is written whole or not at all."""
+    """One row per question in one multi-row INSERT: the bundle is written whole or not at all.
+
+    `state`: also set the session's state and bump its sequence (`tasks.set_session_state(...,
+    bump=True)`), in the same statement on PostgreSQL for a one-question bundle."""
     now = utcnow()
     records: list[MessageRecord] = []
     for i, q in enumerate(questions):
@@ -289,7 +323,12 @@ async def insert_bundle(
         }
         for r in records
     ]
+    if state is not None and len(values) == 1 and conn.dialect.name == "postgresql":
+        await _INSERT_AND_SET_STATE.rows(conn, {**values[0], "b_session": session_id, "b_state": state})
+        return records
     await _INSERT_ROW.many(conn, values)
+    if state is not None:
+        await tasks.set_session_state(conn, session_id, state, bump=True)
     return records
 
 
@@ -398,16 +437,46 @@ async def claim(
     claim_id: str | None,
     detach_rows: bool,
 ) -> list[BundleRow]:
+    """`claim_bumping` without the bump."""
+    claimed, _ = await claim_bumping(
+        conn,
+        session_id=session_id,
+        pending_id=pending_id,
+        message_ids=message_ids,
+        answers=answers,
+        rejected=rejected,
+        claim_id=claim_id,
+        detach_rows=detach_rows,
+    )
+    return claimed
+
+
+async def claim_bumping(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_ids: Sequence[str],
+    answers: dict[str, Answer],
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+    bump: bool = False,
+) -> tuple[list[BundleRow], bool]:
     """The atomic current-turn claim: ONE conditional UPDATE of the bundle's pending rows.
 
     Writes each row's answer (status answered/rejected + response) and, with `claim_id`, the durable
     delivery intent. The WHERE re-checks pending status, current-turn ownership and a live session;
     the rows it returns are the claim (an empty list means the claim was lost).
+
+    `bump`: the caller's unit of work wants the session's sequence bumped when the claim took rows;
+    returns whether this statement already did it (on PostgreSQL, in the same statement).
     """
     if not message_ids:
-        return []
+        return [], False
     if len(message_ids) == 1 and len(answers) <= 1:
-        return await _claim_one(
+        together = bump and conn.dialect.name == "postgresql"
+        claimed = await _claim_one(
             conn,
             session_id=session_id,
             pending_id=pending_id,
@@ -416,7 +485,9 @@ async def claim(
             rejected=rejected,
             claim_id=claim_id,
             detach_rows=detach_rows,
+            bump=together,
         )
+        return claimed, together and bool(claimed)
     status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
     base: dict[str, Any] = {"status": status.value}
     if claim_id is not None:
@@ -447,7 +518,7 @@ async def claim(
         .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
         _bound(session_id, pending_id),
     )
-    return [_bundle_row(r) for r in result]
+    return [_bundle_row(r) for r in result], False
 
 
 # The claim of a one-row bundle (the common case), built once per shape of the written metadata.
@@ -460,8 +531,26 @@ _CLAIM_WHERE = (
 )
 
 
-def _claim_one_statement(keys: tuple[str, ...], with_response: bool) -> Prepared:
-    shape = (*keys, "+response" if with_response else "")
+def _with_bump(write: Any, *, also: Any = None) -> Any:
+    """PostgreSQL: `write` (a DML statement with RETURNING) as a CTE whose rows the statement returns,
+    and, only when it returned any, the unit of work's sequence bump of the session `b_session` in the
+    same statement (`also`: further columns of the bump's outcome). Both see one snapshot; neither
+    reads what the other writes."""
+    done = write.cte("done")
+    bumped = (
+        update(S)
+        .where(S.c.id == _B_SESSION, exists(select(done.c[0])))
+        .values(pending_seq=S.c.pending_seq + 1)
+        .returning(S.c.id)
+    )
+    if also is not None:
+        bumped = also(bumped)
+    bump = bumped.cte("bumped")
+    return select(*done.c, select(func.count()).select_from(bump).scalar_subquery().label("bumped"))
+
+
+def _claim_one_statement(keys: tuple[str, ...], with_response: bool, *, bump: bool = False) -> Prepared:
+    shape = (*keys, "+response" if with_response else "", "+bump" if bump else "")
     prepared = _CLAIM_ONE.get(shape)
     if prepared is None:
         base = json_update(M.c.metadata, dict.fromkeys(keys), param="b_patch")
@@ -471,12 +560,13 @@ def _claim_one_statement(keys: tuple[str, ...], with_response: bool) -> Prepared
             new_metadata = case(
                 (json_text(M.c.metadata, "question_id") == bindparam("b_question_id"), answered), else_=base
             )
-        prepared = _CLAIM_ONE[shape] = Prepared(
+        write = (
             update(M)
             .where(*_CLAIM_WHERE)
             .values(metadata=new_metadata, updated_at=bindparam("b_now", type_=M.c.updated_at.type))
             .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
         )
+        prepared = _CLAIM_ONE[shape] = Prepared(_with_bump(write) if bump else write)
     return prepared
 
 
@@ -490,8 +580,10 @@ async def _claim_one(
     rejected: bool,
     claim_id: str | None,
     detach_rows: bool,
+    bump: bool = False,
 ) -> list[BundleRow]:
-    """`claim` for one row: the same conditional UPDATE, with its values bound instead of built."""
+    """`claim` for one row: the same conditional UPDATE, with its values bound instead of built
+    (`bump`: PostgreSQL only, with the session's sequence bump when it claimed anything)."""
     status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
     base: dict[str, Any] = {"status": status.value}
     if claim_id is not None:
@@ -509,7 +601,7 @@ async def _claim_one(
         question_id, value = answer
         params["b_question_id"] = question_id
         params["b_patch_answer"] = json_patch({**base, "response": value.as_response()})
-    claimed = await _claim_one_statement(tuple(base), answer is not None).rows(conn, params)
+    claimed = await _claim_one_statement(tuple(base), answer is not None, bump=bump).rows(conn, params)
     return [_bundle_row(r) for r in claimed]
 
 
@@ -543,6 +635,38 @@ _SETTLE_ONE = Prepared(
     .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
     .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
 )
+
+
+def _resume_when_unblocked(bump: Any) -> Any:
+    """The bump of `_with_bump` that is also `tasks.mark_running_when_unblocked`."""
+    blocking = M.alias("blocking")
+    return bump.where(
+        S.c.state == SessionState.WAITING_FOR_INPUT.value,
+        not_(
+            exists().where(
+                blocking.c.session_id == _B_SESSION, active_clarification_rows(blocking, S.c.state)
+            )
+        ),
+    ).values(state=SessionState.RUNNING.value, updated_at=bindparam("b_now", type_=S.c.updated_at.type))
+
+
+_SETTLE_AND_RESUME = Prepared(_with_bump(_SETTLE_ONE.statement, also=_resume_when_unblocked))
+
+
+async def settle_claim_and_resume(
+    conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str
+) -> tuple[list[BundleRow], bool]:
+    """`settle_claim`, then, when it settled anything, `tasks.mark_running_when_unblocked(...,
+    bump=True)`: one statement on PostgreSQL (settling removes only the delivery intent, which no
+    blocking condition reads, so both parts may share one snapshot). True when the session resumed."""
+    if len(message_ids) == 1 and conn.dialect.name == "postgresql":
+        params = {"b_id": message_ids[0], "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
+        found = await _SETTLE_AND_RESUME.rows(conn, params)
+        return [_bundle_row(r) for r in found], bool(found) and found[0].bumped == 1
+    settled = await settle_claim(conn, message_ids, claim_id)
+    if not settled:
+        return [], False
+    return settled, await tasks.mark_running_when_unblocked(conn, session_id, bump=True)
 
 
 async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_id: str) -> list[BundleRow]:

@@ -1,28 +1,38 @@
-"""Per-session write serialization: advisory locks on PostgreSQL, the writer lock on SQLite."""
+"""Per-session write serialization: advisory locks on PostgreSQL, the writer lock on SQLite.
+
+A session's lock key is derived in SQL (`hashtextextended('turnwise-session:' || id, 0)`), so a
+statement that finds a session can take its lock in the same round trip (see
+`clarifications.lock_session_of_bundle`). Every process of one deployment must derive keys the same
+way: processes of releases before the key moved into SQL do not serialize with these (stop them all
+before starting the new release).
+"""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
+from typing import Any
 
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import ColumnElement, String, bindparam, func, literal, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.types import BigInteger
 
 from backend.db.prepared import Prepared
+
+_PREFIX = "turnwise-session:"
+
+
+def lock_key(session_id: Any) -> ColumnElement[int]:
+    """The advisory-lock key of a session id (a bound value or a column)."""
+    return func.hashtextextended(literal(_PREFIX, String()) + session_id, 0)
+
 
 # Many sessions in one statement (startup recovery locks thousands): the ordered subquery keeps
 # acquisition order sorted, so two batch lockers never deadlock.
 _LOCK_MANY = text(
-    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT unnest(:keys) AS k ORDER BY 1) AS ordered"
-).bindparams(bindparam("keys", type_=ARRAY(BigInteger())))
-_LOCK_ONE = Prepared(select(func.pg_advisory_xact_lock(bindparam("key", type_=BigInteger()))))
-
-
-def _key(session_id: str) -> int:
-    digest = hashlib.blake2b(f"turnwise-session:{session_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    "SELECT count(pg_advisory_xact_lock(k)) FROM "
+    "(SELECT DISTINCT hashtextextended(:prefix || unnest(:ids), 0) AS k ORDER BY 1) AS ordered"
+).bindparams(bindparam("ids", type_=ARRAY(String())), bindparam("prefix", _PREFIX, type_=String()))
+_LOCK_ONE = Prepared(select(func.pg_advisory_xact_lock(lock_key(bindparam("session_id", type_=String())))))
 
 
 async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> None:
@@ -32,9 +42,8 @@ async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> No
     """
     if conn.dialect.name != "postgresql":
         return
-    keys = sorted({_key(s) for s in session_ids})
-    if len(keys) > 1:
-        await conn.execute(_LOCK_MANY, {"keys": keys})
-        return
-    for key in keys:
-        await _LOCK_ONE.rows(conn, {"key": key})
+    ids = sorted(set(session_ids))
+    if len(ids) > 1:
+        await conn.execute(_LOCK_MANY, {"ids": ids})
+    elif ids:
+        await _LOCK_ONE.rows(conn, {"session_id": ids[0]})

@@ -218,6 +218,7 @@ class Clarifications:
                 turn_id = (await turns.insert_turn(conn, session_id)).id
                 w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
             bundle: Bundle | None = None
+            waiting = SessionState.WAITING_FOR_INPUT.value
             if reused is not None:
                 pending_id = reused
                 changed = await repo.attach_waiter(
@@ -239,6 +240,7 @@ class Clarifications:
                     signature=signature,
                     waiter_id=waiter.waiter_id,
                     waiter_instance=self.hub.instance_id,
+                    state=None if session.state == SessionState.WAITING_FOR_INPUT else waiting,
                 )
                 changed = [r.id for r in records]
                 # What was just written, as the re-read would find it: this process's live waiter.
@@ -257,8 +259,8 @@ class Clarifications:
                 session.task_id, session_id, "message.added" if reused is None else "message.updated", changed
             )
             if session.state != SessionState.WAITING_FOR_INPUT:
-                waiting = SessionState.WAITING_FOR_INPUT.value
-                await tasks.set_session_state(conn, session_id, waiting, bump=True)
+                if reused is not None:  # a new bundle's insert already set it
+                    await tasks.set_session_state(conn, session_id, waiting, bump=True)
                 w.publish(session.task_id, session_id, "session.state")
                 w.touched_and_bumped(session_id, task_id=session.task_id)
             else:
@@ -407,8 +409,10 @@ class Clarifications:
     async def _finalize(self, claim: Claim) -> tuple[list[BundleRow], Work]:
         """The confirmation's unit of work; its events wait until the responder was told."""
         async with uow(self.deps, [claim.session_id], hold=True) as w:
-            settled = await repo.settle_claim(w.conn, claim.message_ids, claim.claim_id)
-            if settled and await tasks.mark_running_when_unblocked(w.conn, claim.session_id, bump=True):
+            settled, resumed = await repo.settle_claim_and_resume(
+                w.conn, claim.session_id, claim.message_ids, claim.claim_id
+            )
+            if resumed:
                 # The claim already took the rows out of pending (and reconciled the summary); waiting
                 # -> running and a settled intent leave the pending action as it is.
                 w.touched_and_bumped(claim.session_id, task_id=claim.task_id, pending_action_kept=True)
@@ -427,10 +431,13 @@ class Clarifications:
     ) -> RespondOutcome:
         async with uow(self.deps, hold=True) as w:
             conn = w.conn
-            session_id = await repo.session_of_bundle(conn, pending_id)
+            session_id, locked = await repo.lock_session_of_bundle(conn, pending_id)
             if session_id is None:
                 raise NotFound("clarification", pending_id)
-            await w.lock([session_id])
+            if locked:
+                w.locked.add(session_id)
+            else:
+                await w.lock([session_id])
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 raise NotFound("clarification", pending_id)
@@ -441,7 +448,7 @@ class Clarifications:
             valid = validate_answers(bundle, answers, rejected=rejected)
             live = decision.action == RespondAction.DELIVER_LIVE
             claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
-            claimed = await repo.claim(
+            claimed, bumped = await repo.claim_bumping(
                 conn,
                 session_id=session_id,
                 pending_id=pending_id,
@@ -450,6 +457,7 @@ class Clarifications:
                 rejected=rejected,
                 claim_id=claim_id,
                 detach_rows=not live,
+                bump=True,
             )
             if not claimed:  # cannot happen under the lock; kept so a lost claim is never a success
                 return Conflict(pending_id, ConflictReason.DELIVERY_CLAIMED, bundle)
@@ -457,7 +465,10 @@ class Clarifications:
                 # A persisted rejection is final at once: the session no longer waits for it.
                 await tasks.mark_running_when_unblocked(conn, session_id)
                 w.publish_messages(bundle.task_id, session_id, "message.updated", [r.id for r in claimed])
-            w.touch(session_id, task_id=bundle.task_id)
+            if bumped:  # the claim's own statement bumped the session's sequence
+                w.touched_and_bumped(session_id, task_id=bundle.task_id)
+            else:
+                w.touch(session_id, task_id=bundle.task_id)
         after = _merge(bundle, claimed)
         log.info(
             "clarification claimed",

@@ -3,10 +3,56 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from backend.events import TASK_CHANNEL, BusUnavailable, EventBus, session_channel
 
 log = logging.getLogger("turnwise.events")
+
+
+def session_change(
+    *,
+    task_id: str,
+    session_id: str,
+    kind: str,
+    message_id: str | None = None,
+    turn_id: str | None = None,
+    content_only: bool = False,
+    projected: bool = False,
+) -> list[tuple[str, dict[str, object]]]:
+    """One change as the messages that fan it out: to the session's channel and the task channel."""
+    event: dict[str, object] = {
+        "type": kind,
+        "task_id": task_id,
+        "session_id": session_id,
+        "message_id": message_id,
+        "turn_id": turn_id,
+        "content_only": content_only,
+    }
+    if projected:
+        # The writer already brought the task's summary up to date in its own transaction.
+        event["projected"] = True
+    return [(session_channel(session_id), event), (TASK_CHANNEL, event)]
+
+
+async def publish_batch(
+    bus: EventBus, messages: Sequence[tuple[str, dict[str, object]]], *, strict: bool = False
+) -> None:
+    """Publish several messages in order, in one round trip where the bus can. Failures are logged,
+    never raised (`strict` raises), like `publish_session_change`."""
+    if not messages:
+        return
+    kinds = sorted({str(e.get("type", channel)) for channel, e in messages})
+    try:
+        await bus.publish_many(messages)
+    except BusUnavailable:
+        log.warning("events not published: bus unavailable", extra={"event": ",".join(kinds)})
+        if strict:
+            raise
+    except Exception:
+        log.exception("event publication failed", extra={"event": ",".join(kinds)})
+        if strict:
+            raise
 
 
 async def publish_session_change(
@@ -24,20 +70,17 @@ async def publish_session_change(
     """Fan out one change. Publication failures are logged, never raised: the commit already
     happened and clients converge on their next read. `strict` raises instead, for the outbox
     callers that may clear their durable marker only once the bus accepted the event."""
-    event: dict[str, object] = {
-        "type": kind,
-        "task_id": task_id,
-        "session_id": session_id,
-        "message_id": message_id,
-        "turn_id": turn_id,
-        "content_only": content_only,
-    }
-    if projected:
-        # The writer already brought the task's summary up to date in its own transaction.
-        event["projected"] = True
+    messages = session_change(
+        task_id=task_id,
+        session_id=session_id,
+        kind=kind,
+        message_id=message_id,
+        turn_id=turn_id,
+        content_only=content_only,
+        projected=projected,
+    )
     try:
-        await bus.publish(session_channel(session_id), event)
-        await bus.publish(TASK_CHANNEL, event)
+        await bus.publish_many(messages)
     except BusUnavailable:
         # The bus is reconnecting: subscribers get a fresh snapshot once it is back.
         log.warning("event not published: bus unavailable", extra={"event": kind, "session_id": session_id})

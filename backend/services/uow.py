@@ -27,8 +27,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.domain.records import SummaryRecord
 from backend.repository import locks, tasks
 from backend.services.context import Deps
-from backend.services.events_out import publish_session_change
-from backend.services.summaries import project_in_transaction, publish_summaries
+from backend.services.events_out import publish_batch, session_change
+from backend.services.summaries import (
+    FAULT_PUBLISH,
+    SUMMARY_CHANNEL,
+    project_in_transaction,
+    publish_summaries,
+    summary_event,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,15 +143,21 @@ async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:
     publication instead of logging it)."""
     events, work.events = work.events, []
     written, work.summaries = work.summaries, []
-    for event in events:
-        await publish_session_change(
-            deps.bus,
+    messages = [
+        message
+        for event in events
+        for message in session_change(
             task_id=event.task_id,
             session_id=event.session_id,
             kind=event.kind,
             message_id=event.message_id,
             turn_id=event.turn_id,
             projected=work.projected,
-            strict=strict,
         )
+    ]
+    if written and FAULT_PUBLISH not in deps.settings.fault_points:
+        # One round trip for the whole unit where the bus can: its events, then its summaries.
+        messages.extend((SUMMARY_CHANNEL, summary_event(s)) for s in written)
+        written = []
+    await publish_batch(deps.bus, messages, strict=strict)
     await publish_summaries(deps, written)
