@@ -29,11 +29,20 @@ class RedisBus(RedisBackend):
         self._pubsub = self._conn.pubsub()
 
     async def publish_many(self, messages: list[tuple[str, str]]) -> None:
-        """Several publishes in one round trip (a pipeline, not a transaction: each is independent)."""
-        async with self._conn.pipeline(transaction=False) as pipe:
-            for channel, message in messages:
-                pipe.publish(channel, message)
-            await pipe.execute()
+        """Several publishes in one round trip on one pooled connection: sent together, then their
+        replies read in order. A connection left in an unknown state (an error, a timeout) is
+        dropped, never handed to the next publisher."""
+        pool = self._conn.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await conn.send_packed_command(conn.pack_commands([("PUBLISH", c, m) for c, m in messages]))
+            for _ in messages:
+                await conn.read_response()
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+        finally:
+            await pool.release(conn)
 
     async def subscribe(self, channel: str) -> None:
         await self._pubsub.subscribe(channel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from strawberry.dataloader import DataLoader
@@ -22,18 +23,23 @@ class Context:
     request: Any = None
     response: Any = None
     connection_params: dict[str, Any] | None = None
-    pending_by_session: DataLoader[str, SessionPending | None] = field(init=False)
-    active_bundle_by_session: DataLoader[str, Bundle | None] = field(init=False)
-    # Task list / boot: summaries reconciled together with the session projections they derive from.
-    task_views: DataLoader[str, TaskView | None] = field(init=False)
     # Projections read with task views, answered by `pending_by_session` without another read (a
     # plain map rather than thousands of primed futures, most of which nothing asks for).
     _viewed_projections: dict[str, SessionPending] = field(init=False, default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self.pending_by_session = DataLoader(load_fn=self._load_pending)
-        self.active_bundle_by_session = DataLoader(load_fn=self._load_active_bundles)
-        self.task_views = DataLoader(load_fn=self._load_task_views)
+    # Request-scoped batch loaders, made on first use: most requests (a respond, say) need none.
+    @cached_property
+    def pending_by_session(self) -> DataLoader[str, SessionPending | None]:
+        return DataLoader(load_fn=self._load_pending)
+
+    @cached_property
+    def active_bundle_by_session(self) -> DataLoader[str, Bundle | None]:
+        return DataLoader(load_fn=self._load_active_bundles)
+
+    @cached_property
+    def task_views(self) -> DataLoader[str, TaskView | None]:
+        """Task list / boot: summaries reconciled together with the session projections they derive from."""
+        return DataLoader(load_fn=self._load_task_views)
 
     @property
     def principal(self) -> Principal:

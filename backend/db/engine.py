@@ -138,7 +138,8 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         async with self.engine.connect() as conn:
-            conn = await conn.execution_options(turnwise_write=True)
+            if self.is_sqlite:  # read by the BEGIN hook: writers take SQLite's writer lock up front
+                conn = await conn.execution_options(turnwise_write=True)
             self.transactions += 1
             async with conn.begin():
                 yield conn

@@ -115,7 +115,8 @@ class Watchdogs:
         watch = Watch(claim, utcnow())
         self._by_session.setdefault(claim.session_id, set()).add(watch)
         watch.task = asyncio.get_running_loop().create_task(self._run(watch))
-        log.info(
+        # Debug: one per live answer, and cancelled again by the agent's next activity in most cycles.
+        log.debug(
             "watchdog armed",
             extra={
                 "event": "watchdog.armed",
@@ -139,7 +140,7 @@ class Watchdogs:
             return
         watch.outcome = f"cancelled:{reason}"
         watch.task.cancel()
-        log.info(
+        log.debug(
             "watchdog cancelled",
             extra={"event": "watchdog.cancelled", "pending_id": watch.claim.pending_id, "reason": reason},
         )
