@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -52,7 +53,7 @@ async def seed_session(conn: AsyncConnection) -> tuple[str, str, str]:
     return task.id, session.id, pending_id
 
 
-def _plain(rows: list[Any]) -> list[dict[str, Any]]:
+def _plain(rows: Sequence[Any]) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in rows]
 
 
