@@ -16,6 +16,7 @@ from pathlib import Path
 import platformdirs
 import uvicorn
 
+from backend import logs
 from backend.config import Settings
 
 
@@ -175,7 +176,7 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(logging.INFO)
     parser = argparse.ArgumentParser(prog="turnwise")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func in (("serve", cmd_serve), ("demo", cmd_demo), ("migrate", cmd_migrate)):

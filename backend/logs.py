@@ -1,0 +1,29 @@
+"""Log lines for operators: the message, then the structured fields a call passed in `extra`."""
+
+from __future__ import annotations
+
+import logging
+
+# What every LogRecord carries; anything else on a record came from `extra=`.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class FieldsFormatter(logging.Formatter):
+    """`... clarification asked event=clarification.asked pending_id=p1 session_id=s1`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = [
+            f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")
+        ]
+        if not fields:
+            return line
+        head, sep, rest = line.partition("\n")  # a traceback stays below the fields
+        return f"{head} {' '.join(fields)}{sep}{rest}"
+
+
+def configure(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler()
+    handler.setFormatter(FieldsFormatter(FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
