@@ -461,6 +461,14 @@ def targets(results: dict[str, dict[int, dict[str, Any]]], agent_counts: list[in
         round(lite[least]["cycles_per_s"] / floor[least]["cycles_per_s"], 2),
         0.5,
     )
+    # Statements built once: a cycle costs the same statements however many agents run it (background
+    # work in the window, such as heartbeats, may add a few hundredths).
+    for label, runs in (("PG", pg), ("SQLite", lite)):
+        counts = [runs[a]["statements_per_cycle"] for a in agent_counts]
+        spread = None if None in counts else round(max(counts) - min(counts), 2)
+        check(
+            f"{label} statements per cycle constant across agent counts ({counts})", spread, 0.1, at_most=True
+        )
     two = results.get("turnwise pg+redis 2 workers", {}).get(most)
     if two:
         checks.append(

@@ -320,6 +320,9 @@ async def test_a_timed_out_question_accepts_a_deferred_custom_answer(
         await expect(page.get_by_test_id("clarification-error")).to_have_count(0)
         assert len(prompts) == 1
         assert "Use a circuit breaker instead" in prompts[0]["prompt"]
+        # The prompt reaches the runner before it acknowledges it, and the claim settles only after
+        # that: keep the runner until the bundle is TERMINAL.
+        assert await _bundle_state_becomes(api, agent.pending_id, "TERMINAL") == "TERMINAL"
     bundle = await api.bundle(agent.pending_id)
     assert bundle["state"] == "TERMINAL"
     assert bundle["questions"][0]["response"]["customText"] == "Use a circuit breaker instead"
@@ -544,3 +547,14 @@ async def test_the_card_keeps_submit_and_skip_in_view_at_desktop_and_phone_sizes
     await page.screenshot(path=str(RESULTS / f"web-app-{'phone' if phone else 'desktop'}.png"))
     await agent.disconnect()
     await _no_outside_requests(network)
+
+
+async def _bundle_state_becomes(api: Api, pending_id: str, wanted: str, seconds: float = 15.0) -> str:
+    """The bundle's state once it is `wanted`, or the last one seen when `seconds` ran out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        state = str((await api.bundle(pending_id))["state"])
+        if state == wanted or loop.time() > deadline:
+            return state
+        await asyncio.sleep(0.1)
