@@ -64,11 +64,10 @@ class _Plan:
 class Prepared:
     """One statement, compiled on first use per dialect; call it with the caller's transaction."""
 
-    __slots__ = ("_plans", "name", "statement")
+    __slots__ = ("_plans", "statement")
 
-    def __init__(self, statement: Executable, name: str = "") -> None:
+    def __init__(self, statement: Executable) -> None:
         self.statement = statement
-        self.name = name
         self._plans: dict[str, _Plan] = {}
 
     def _plan(self, dialect: Dialect) -> _Plan:
@@ -103,10 +102,6 @@ class Prepared:
     async def first(self, conn: AsyncConnection, params: Mapping[str, Any] | None = None) -> Any:
         found = await self.rows(conn, params)
         return found[0] if found else None
-
-    async def scalar(self, conn: AsyncConnection, params: Mapping[str, Any] | None = None) -> Any:
-        found = await self.first(conn, params)
-        return None if found is None else found[0]
 
 
 def _compile(statement: Executable, dialect: Dialect) -> _Plan:

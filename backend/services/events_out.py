@@ -79,14 +79,4 @@ async def publish_session_change(
         content_only=content_only,
         projected=projected,
     )
-    try:
-        await bus.publish_many(messages)
-    except BusUnavailable:
-        # The bus is reconnecting: subscribers get a fresh snapshot once it is back.
-        log.warning("event not published: bus unavailable", extra={"event": kind, "session_id": session_id})
-        if strict:
-            raise
-    except Exception:
-        log.exception("event publication failed", extra={"event": kind, "session_id": session_id})
-        if strict:
-            raise
+    await publish_batch(bus, messages, strict=strict)
