@@ -488,13 +488,7 @@ async def claim_bumping(
             bump=together,
         )
         return claimed, together and bool(claimed)
-    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
-    base: dict[str, Any] = {"status": status.value}
-    if claim_id is not None:
-        base[INTENT_KEY] = True
-        base[CLAIM_KEY] = claim_id
-    if detach_rows:
-        base["agent_disconnected"] = True
+    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
     qid = json_text(M.c.metadata, "question_id")
     if rejected or not answers:
         new_metadata: Any = json_update(M.c.metadata, base)
@@ -508,12 +502,7 @@ async def claim_bumping(
         )
     result = await conn.execute(
         update(M)
-        .where(
-            M.c.id.in_(list(message_ids)),
-            _PENDING_ID_IS,
-            ACTIVE_ROWS,
-            not_(json_flag(M.c.metadata, INTENT_KEY)),
-        )
+        .where(*_claimable(M.c.id.in_(list(message_ids))))
         .values(metadata=new_metadata, updated_at=utcnow())
         .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
         _bound(session_id, pending_id),
@@ -521,14 +510,26 @@ async def claim_bumping(
     return [_bundle_row(r) for r in result], False
 
 
+def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
+    """Which of these rows a claim of bundle `b_pending_id` may take: active, and not already claimed."""
+    return (rows_, _PENDING_ID_IS, ACTIVE_ROWS, not_(json_flag(M.c.metadata, INTENT_KEY)))
+
+
+def _claim_metadata(*, rejected: bool, claim_id: str | None, detach_rows: bool) -> dict[str, Any]:
+    """What a claim writes into every claimed row (the answer itself aside)."""
+    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
+    base: dict[str, Any] = {"status": status.value}
+    if claim_id is not None:
+        base[INTENT_KEY] = True
+        base[CLAIM_KEY] = claim_id
+    if detach_rows:
+        base["agent_disconnected"] = True
+    return base
+
+
 # The claim of a one-row bundle (the common case), built once per shape of the written metadata.
 _CLAIM_ONE: dict[tuple[str, ...], Prepared] = {}
-_CLAIM_WHERE = (
-    M.c.id == bindparam("b_id", type_=M.c.id.type),
-    _PENDING_ID_IS,
-    ACTIVE_ROWS,
-    not_(json_flag(M.c.metadata, INTENT_KEY)),
-)
+_CLAIM_WHERE = _claimable(M.c.id == bindparam("b_id", type_=M.c.id.type))
 
 
 def _with_bump(write: Any, *, also: Any = None) -> Any:
@@ -584,13 +585,7 @@ async def _claim_one(
 ) -> list[BundleRow]:
     """`claim` for one row: the same conditional UPDATE, with its values bound instead of built
     (`bump`: PostgreSQL only, with the session's sequence bump when it claimed anything)."""
-    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
-    base: dict[str, Any] = {"status": status.value}
-    if claim_id is not None:
-        base[INTENT_KEY] = True
-        base[CLAIM_KEY] = claim_id
-    if detach_rows:
-        base["agent_disconnected"] = True
+    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
     params: dict[str, Any] = {
         **_bound(session_id, pending_id),
         "b_id": message_id,
@@ -613,41 +608,31 @@ def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement
     ]
 
 
-_SETTLE_CLAIM = (
-    update(M)
-    .where(
-        M.c.id.in_(bindparam("b_ids", expanding=True)),
-        json_flag(M.c.metadata, INTENT_KEY),
-        json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
+def _settle(rows_: ColumnElement[bool]) -> Any:
+    """Remove the delivery intent of these rows while claim `b_claim` still holds it."""
+    return (
+        update(M)
+        .where(
+            rows_,
+            json_flag(M.c.metadata, INTENT_KEY),
+            json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
+        )
+        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
     )
-    .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-    .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
-)
 
 
-_SETTLE_ONE = Prepared(
-    update(M)
-    .where(
-        M.c.id == bindparam("b_id", type_=M.c.id.type),
-        json_flag(M.c.metadata, INTENT_KEY),
-        json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
-    )
-    .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-    .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
-)
+_SETTLE_CLAIM = _settle(M.c.id.in_(bindparam("b_ids", expanding=True)))
+
+
+_SETTLE_ONE = Prepared(_settle(M.c.id == bindparam("b_id", type_=M.c.id.type)))
 
 
 def _resume_when_unblocked(bump: Any) -> Any:
     """The bump of `_with_bump` that is also `tasks.mark_running_when_unblocked`."""
-    blocking = M.alias("blocking")
-    return bump.where(
-        S.c.state == SessionState.WAITING_FOR_INPUT.value,
-        not_(
-            exists().where(
-                blocking.c.session_id == _B_SESSION, active_clarification_rows(blocking, S.c.state)
-            )
-        ),
-    ).values(state=SessionState.RUNNING.value, updated_at=bindparam("b_now", type_=S.c.updated_at.type))
+    return bump.where(*tasks.WAITING_AND_UNBLOCKED).values(
+        state=SessionState.RUNNING.value, updated_at=bindparam("b_now", type_=S.c.updated_at.type)
+    )
 
 
 _SETTLE_AND_RESUME = Prepared(_with_bump(_SETTLE_ONE.statement, also=_resume_when_unblocked))

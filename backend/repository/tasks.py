@@ -121,19 +121,22 @@ _SET_STATE = (
 # The same, and the session's sequence bump of its unit of work in the same statement.
 _SET_STATE_BUMP = _SET_STATE.values(pending_seq=task_sessions.c.pending_seq + 1)
 _BLOCKING = task_session_messages.alias("blocking")
+# The session `b_session` waits for input but no active clarification blocks it any more.
+WAITING_AND_UNBLOCKED = (
+    task_sessions.c.state == SessionState.WAITING_FOR_INPUT.value,
+    not_(
+        exists().where(
+            _BLOCKING.c.session_id == _B_SESSION,
+            active_clarification_rows(_BLOCKING, task_sessions.c.state),
+        )
+    ),
+)
 _MARK_RUNNING_WHEN_UNBLOCKED = (
     update(task_sessions)
-    .where(
-        task_sessions.c.id == _B_SESSION,
-        task_sessions.c.state == SessionState.WAITING_FOR_INPUT.value,
-        not_(
-            exists().where(
-                _BLOCKING.c.session_id == _B_SESSION,
-                active_clarification_rows(_BLOCKING, task_sessions.c.state),
-            )
-        ),
+    .where(task_sessions.c.id == _B_SESSION, *WAITING_AND_UNBLOCKED)
+    .values(
+        state=SessionState.RUNNING.value, updated_at=bindparam("b_now", type_=task_sessions.c.updated_at.type)
     )
-    .values(state=SessionState.RUNNING.value, updated_at=bindparam("b_now"))
 )
 _MARK_RUNNING_WHEN_UNBLOCKED_BUMP = _MARK_RUNNING_WHEN_UNBLOCKED.values(
     pending_seq=task_sessions.c.pending_seq + 1
