@@ -435,7 +435,7 @@ class Clarifications:
             if session_id is None:
                 raise NotFound("clarification", pending_id)
             if locked:
-                w.locked.add(session_id)
+                w.locked_by_read(session_id)
             else:
                 await w.lock([session_id])
             bundle = await self._load(conn, pending_id)

@@ -73,6 +73,10 @@ class Work:
             await locks.lock_sessions(self.conn, wanted)
             self.locked.update(wanted)
 
+    def locked_by_read(self, session_id: str) -> None:
+        """A read under this transaction already took this session's lock (in the same statement)."""
+        self.locked.add(session_id)
+
     def touch(self, *session_ids: str, task_id: str | None = None, pending_action_kept: bool = False) -> None:
         """These sessions' projections may have changed: bump their sequence at commit (`task_id`:
         the task they belong to, when the caller knows it). `pending_action_kept`: the write changed
