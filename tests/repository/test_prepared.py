@@ -220,3 +220,37 @@ async def test_a_statement_cancelled_mid_flight_never_returns_its_connection_to_
     finally:
         await db.dispose()
         await holder.dispose()
+
+
+async def test_every_way_of_locking_a_session_takes_the_same_lock(pg_url: str) -> None:
+    # One session locked alone, among several, or found through its bundle: one key derivation, so
+    # each way serializes with every other.
+    db = Database(pg_url, pool_size=2)
+    try:
+        async with db.write() as conn:
+            _, session_id, pending_id = await seed_session(conn)
+
+        async def lock_alone(conn: AsyncConnection) -> None:
+            await locks.lock_sessions(conn, [session_id])
+
+        async def lock_among_others(conn: AsyncConnection) -> None:
+            await locks.lock_sessions(conn, [session_id, "another-session"])
+
+        async def lock_through_the_bundle(conn: AsyncConnection) -> None:
+            found, locked = await clarifications.lock_session_of_bundle(conn, pending_id)
+            assert (found, locked) == (session_id, True)
+
+        ways = (lock_alone, lock_among_others, lock_through_the_bundle)
+        for holding in ways:
+            for waiting in ways:
+                async with db.write() as held:
+                    await holding(held)
+
+                    async def contend(waiting: Any = waiting) -> None:
+                        async with db.write() as conn:
+                            await waiting(conn)
+
+                    with pytest.raises(TimeoutError):
+                        await asyncio.wait_for(contend(), 0.5)
+    finally:
+        await db.dispose()
