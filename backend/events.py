@@ -20,6 +20,7 @@ an attempted publish that fails or outlasts `publish_seconds` raises (it may hav
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import hashlib
@@ -41,17 +42,12 @@ from backend.domain.ids import new_id
 
 log = logging.getLogger("turnwise.events")
 
-SESSION_CHANNEL = "turnwise.session"
 TASK_CHANNEL = "turnwise.task"
 PING_CHANNEL = "turnwise.bus.ping"
 # A process back from a bus gap says so here: the others missed what it could not publish.
 GAP_CHANNEL = "turnwise.bus.gaps"
 # The `type` of the `after_gap` marker subscribers conventionally ask for.
 BUS_GAP = "bus.reconnected"
-
-
-def session_channel(session_id: str) -> str:
-    return f"{SESSION_CHANNEL}.{session_id}"
 
 
 class MissingBusBackend(RuntimeError):
@@ -126,8 +122,21 @@ class _Broadcast(Broadcast):
 class _Local:
     """One local subscription: its queue of raw messages and the marker it wants after a gap."""
 
-    queue: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[str | dict[str, Any]] = field(default_factory=asyncio.Queue)
     after_gap: str | None = None
+
+
+@dataclass(eq=False)
+class _Outgoing:
+    """Messages queued for publication, with the future of a caller waiting for them (None: posted)."""
+
+    messages: list[tuple[str, str]]
+    done: asyncio.Future[None] | None
+    what: str
+
+
+# At most this many messages per batch the sender publishes (one pipelined round trip on Redis).
+SEND_BATCH = 500
 
 
 @dataclass(eq=False)
@@ -173,6 +182,12 @@ class EventBus:
         self._ping_channel = f"{PING_CHANNEL}.{new_id()}"
         self._supervisor: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._outbox: collections.deque[_Outgoing] = collections.deque()
+        self._outbox_ready = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._unsent = 0
+        self._drained = asyncio.Event()
+        self._drained.set()
         if self.shared:
             for permanent in (self._ping_channel, GAP_CHANNEL):
                 self._channels[permanent] = _Channel(permanent, permanent=True)
@@ -213,10 +228,17 @@ class EventBus:
             self._on_remote_gap(event.message)
             return
         channel = self._channels.get(event.channel)
-        if channel is None:
+        if channel is None or not channel.locals:
             return
+        message: str | dict[str, Any] = event.message
+        if len(channel.locals) > 1:
+            # Decoded once for every local subscriber (each gets its own shallow copy).
+            with contextlib.suppress(ValueError):
+                decoded = json.loads(event.message)
+                if isinstance(decoded, dict):
+                    message = decoded
         for local in channel.locals:
-            local.queue.put_nowait(event.message)
+            local.queue.put_nowait(message)
 
     def _listener_failed(self, broadcast: Broadcast, exc: Exception) -> None:
         self._fail(broadcast, f"listener failed: {exc!r}")
@@ -237,6 +259,15 @@ class EventBus:
             self._supervisor = asyncio.create_task(self._supervise())
 
     async def disconnect(self) -> None:
+        # What was posted before the shutdown still goes out, within the publish bound.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.publish_seconds):
+                await self._drained.wait()
+        if self._sender is not None:
+            self._sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sender
+            self._sender = None
         if self._supervisor is not None:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -424,42 +455,97 @@ class EventBus:
             self._fail(broadcast, f"subscription of {channel.name} failed: {exc!r}")
 
     async def publish(self, channel: str, event: dict[str, Any]) -> None:
-        message = json.dumps(event, separators=(",", ":"))
+        """Publish one message once everything queued before it went out; raises `BusUnavailable`
+        while the bus is not connected, or the failure of an attempted publish."""
+        await self.publish_many([(channel, event)])
+
+    async def publish_many(self, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        """Publish in order and wait until the broker took them (raises like `publish`). They join the
+        ordered outgoing queue, so they never overtake messages posted before them."""
+        if not messages:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(messages, done, "")
+        await done
+
+    async def drained(self) -> None:
+        """Wait until everything queued for publication so far went out (or failed)."""
+        await self._drained.wait()
+
+    def post_many(self, messages: Sequence[tuple[str, dict[str, Any]]], what: str) -> None:
+        """Queue messages for publication in order and return at once: a committed write need not
+        wait for the broker's round trip. One sender publishes everything queued meanwhile as one
+        batch (one pipelined round trip on Redis). A failure is logged with `what`, never raised:
+        the commit already happened and clients converge on their next read."""
+        if messages:
+            self._enqueue(messages, None, what)
+
+    def _enqueue(
+        self, messages: Sequence[tuple[str, dict[str, Any]]], done: asyncio.Future[None] | None, what: str
+    ) -> None:
+        encoded = [(channel, json.dumps(event, separators=(",", ":"))) for channel, event in messages]
+        self._outbox.append(_Outgoing(encoded, done, what))
+        self._outbox_ready.set()
+        self._unsent += len(encoded)
+        self._drained.clear()
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_queued())
+
+    async def _send_queued(self) -> None:
+        """The one sender: drains the outgoing queue in order, a batch at a time."""
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            while self._outbox:
+                batch: list[_Outgoing] = []
+                size = 0
+                while self._outbox and size < SEND_BATCH:
+                    item = self._outbox.popleft()
+                    batch.append(item)
+                    size += len(item.messages)
+                try:
+                    await self._send([m for item in batch for m in item.messages])
+                except Exception as exc:  # noqa: BLE001 - reported to each waiting caller, logged for posts
+                    for item in batch:
+                        if item.done is not None:
+                            if not item.done.done():
+                                item.done.set_exception(exc)
+                        elif isinstance(exc, BusUnavailable):
+                            log.warning("events not published: bus unavailable", extra={"event": item.what})
+                        else:
+                            log.error("event publication failed: %r", exc, extra={"event": item.what})
+                else:
+                    for item in batch:
+                        if item.done is not None and not item.done.done():
+                            item.done.set_result(None)
+                finally:
+                    self._unsent -= size
+                    if not self._unsent:
+                        self._drained.set()
+
+    async def _send(self, encoded: list[tuple[str, str]]) -> None:
         broadcast = self._broadcast
+        many = getattr(self._backend, "publish_many", None)
         if not self.shared:
             if broadcast is None:
                 raise BusUnavailable("the event bus is not connected")
-            await broadcast.publish(channel=channel, message=message)
-            self.published += 1
-            return
-        if broadcast is None or self.state != BusState.CONNECTED:
-            raise BusUnavailable(f"the event bus is {self.state.value}")
-        try:
-            async with asyncio.timeout(self.publish_seconds):
+            for channel, message in encoded:
                 await broadcast.publish(channel=channel, message=message)
-        except Exception as exc:
-            self._fail(broadcast, f"publish failed: {exc!r}")
-            raise
-        self.published += 1
-
-    async def publish_many(self, messages: Sequence[tuple[str, dict[str, Any]]]) -> None:
-        """Publish in order; in one round trip where the backend can (Redis pipelines them)."""
-        many = getattr(self._backend, "publish_many", None)
-        if many is None or len(messages) == 1:
-            for channel, event in messages:
-                await self.publish(channel, event)
+                self.published += 1
             return
-        encoded = [(channel, json.dumps(event, separators=(",", ":"))) for channel, event in messages]
-        broadcast = self._broadcast
         if broadcast is None or self.state != BusState.CONNECTED:
             raise BusUnavailable(f"the event bus is {self.state.value}")
         try:
             async with asyncio.timeout(self.publish_seconds):
-                await many(encoded)
+                if many is not None and len(encoded) > 1:
+                    await many(encoded)
+                else:
+                    for channel, message in encoded:
+                        await broadcast.publish(channel=channel, message=message)
         except Exception as exc:
             self._fail(broadcast, f"publish failed: {exc!r}")
             raise
-        self.published += len(messages)
+        self.published += len(encoded)
 
     @asynccontextmanager
     async def subscribe(
@@ -488,7 +574,8 @@ class EventBus:
 
             async def events() -> AsyncIterator[dict[str, Any]]:
                 while True:
-                    yield json.loads(await local.queue.get())
+                    message = await local.queue.get()
+                    yield json.loads(message) if isinstance(message, str) else dict(message)
 
             yield events()
         finally:

@@ -9,7 +9,7 @@ from backend.domain.states import TASK_PENDING_SESSION_STATES, PendingActionKind
 
 # At task level a permission request outranks a clarification (kandev-notes, "SQL behaviour"):
 # an agent blocked on a permission cannot make progress at all, a question may already be detached.
-_TASK_RANK = {PendingActionKind.PERMISSION.value: 2, PendingActionKind.CLARIFICATION.value: 1}
+TASK_RANK = {PendingActionKind.PERMISSION.value: 2, PendingActionKind.CLARIFICATION.value: 1}
 
 
 def task_pending_action(projections: Iterable[SessionPending]) -> str | None:
@@ -18,6 +18,6 @@ def task_pending_action(projections: Iterable[SessionPending]) -> str | None:
     for p in projections:
         if p.state not in TASK_PENDING_SESSION_STATES or p.pending_action is None:
             continue
-        if best is None or _TASK_RANK.get(p.pending_action, 0) > _TASK_RANK.get(best, 0):
+        if best is None or TASK_RANK.get(p.pending_action, 0) > TASK_RANK.get(best, 0):
             best = p.pending_action
     return best

@@ -5,15 +5,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, select, tuple_, update
+from sqlalchemy import bindparam, case, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
 from backend.db.prepared import Prepared
+from backend.db.tables import task_sessions as TS
 from backend.db.tables import task_status_summaries as S
 from backend.domain.errors import CorruptData
+from backend.domain.pending import TASK_RANK
 from backend.domain.records import SummaryRecord
+from backend.domain.states import TASK_PENDING_SESSION_STATES
+from backend.repository.authority import current_turn_id, pending_action
 from backend.repository.rows import metadata_of
 
 _B_TASK = bindparam("b_task", type_=S.c.task_id.type)
@@ -24,6 +28,58 @@ _SET_ONE = Prepared(
     .where(S.c.task_id == _B_TASK, S.c.revision == bindparam("b_revision", type_=S.c.revision.type))
     .values(
         pending_action=bindparam("b_pending_action", type_=S.c.pending_action.type),
+        revision=S.c.revision + 1,
+        updated_at=bindparam("b_now", type_=S.c.updated_at.type),
+    )
+    .returning(*S.c)
+)
+
+
+def _derived_pending_action() -> Any:
+    """The task's pending action derived in SQL from its sessions' projections: the same rule as
+    `backend.domain.pending.task_pending_action` (sessions doing work only, the highest task rank,
+    the oldest session first among equals); tests hold the two to the same answers."""
+    sessions = (
+        select(TS.c.id, TS.c.state, TS.c.created_at, current_turn_id(TS.c.id).label("turn_id"))
+        .where(TS.c.task_id == _B_TASK)
+        .cte("task_sessions_now")
+        .prefix_with("MATERIALIZED")
+    )
+    projected = (
+        select(
+            sessions.c.id,
+            sessions.c.state,
+            sessions.c.created_at,
+            pending_action(sessions.c.id, sessions.c.state, sessions.c.turn_id).label("pending_action"),
+        )
+        .cte("task_projections")
+        .prefix_with("MATERIALIZED")
+    )
+    return (
+        select(projected.c.pending_action)
+        .where(
+            projected.c.state.in_(sorted(TASK_PENDING_SESSION_STATES)),
+            projected.c.pending_action.is_not(None),
+        )
+        .order_by(
+            case(TASK_RANK, value=projected.c.pending_action, else_=0).desc(),
+            projected.c.created_at,
+            projected.c.id,
+        )
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+_DERIVED = _derived_pending_action()
+# Derive and write in one statement. Only for a caller that already holds the summary row (locked
+# on PostgreSQL, the writer lock on SQLite) from an earlier statement of its transaction: this
+# statement's snapshot then sees every change committed before it, and nobody can move the row.
+_RECONCILE_ONE = Prepared(
+    update(S)
+    .where(S.c.task_id == _B_TASK, S.c.pending_action.is_distinct_from(_DERIVED))
+    .values(
+        pending_action=_DERIVED,
         revision=S.c.revision + 1,
         updated_at=bindparam("b_now", type_=S.c.updated_at.type),
     )
@@ -110,6 +166,14 @@ async def compare_and_set(
         )
         won.update({r.task_id: _record(r) for r in result})
     return won
+
+
+async def reconcile_held(conn: AsyncConnection, task_id: str) -> SummaryRecord | None:
+    """Bring one task's summary (held by this transaction since an earlier statement, see
+    `_RECONCILE_ONE`) up to date with its sessions: the written summary, or None when it already
+    was. One statement."""
+    rows = await _RECONCILE_ONE.rows(conn, {"b_task": task_id, "b_now": utcnow()})
+    return _record(rows[0]) if rows else None
 
 
 async def bump_revisions(conn: AsyncConnection, task_ids: Sequence[str]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from backend.events import TASK_CHANNEL, BusUnavailable, EventBus, session_channel
+from backend.events import TASK_CHANNEL, BusUnavailable, EventBus
 
 log = logging.getLogger("turnwise.events")
 
@@ -20,7 +20,8 @@ def session_change(
     content_only: bool = False,
     projected: bool = False,
 ) -> list[tuple[str, dict[str, object]]]:
-    """One change as the messages that fan it out: to the session's channel and the task channel."""
+    """One change as the message that fans it out on the task channel, which every process hears and
+    routes to its own subscribers (session events, waiters, projector, watchdog)."""
     event: dict[str, object] = {
         "type": kind,
         "task_id": task_id,
@@ -32,27 +33,30 @@ def session_change(
     if projected:
         # The writer already brought the task's summary up to date in its own transaction.
         event["projected"] = True
-    return [(session_channel(session_id), event), (TASK_CHANNEL, event)]
+    return [(TASK_CHANNEL, event)]
 
 
 async def publish_batch(
     bus: EventBus, messages: Sequence[tuple[str, dict[str, object]]], *, strict: bool = False
 ) -> None:
-    """Publish several messages in order, in one round trip where the bus can. Failures are logged,
-    never raised (`strict` raises), like `publish_session_change`."""
+    """Publish several messages in order. By default they are queued on the bus's ordered sender and
+    this returns at once (failures are logged there, never raised). `strict` waits until the broker
+    took them and raises on failure, for the outbox callers that may clear their durable marker only
+    once the bus accepted the event."""
     if not messages:
         return
-    kinds = sorted({str(e.get("type", channel)) for channel, e in messages})
+    kinds = ",".join(sorted({str(e.get("type", channel)) for channel, e in messages}))
+    if not strict:
+        bus.post_many(messages, kinds)
+        return
     try:
         await bus.publish_many(messages)
     except BusUnavailable:
-        log.warning("events not published: bus unavailable", extra={"event": ",".join(kinds)})
-        if strict:
-            raise
+        log.warning("events not published: bus unavailable", extra={"event": kinds})
+        raise
     except Exception:
-        log.exception("event publication failed", extra={"event": ",".join(kinds)})
-        if strict:
-            raise
+        log.exception("event publication failed", extra={"event": kinds})
+        raise
 
 
 async def publish_session_change(

@@ -132,6 +132,9 @@ async def recording(services: Services) -> AsyncIterator[EventLog]:
             async for e in events:
                 log.events.append(e)
 
+    # Events of earlier writes still queued for publication are not part of this recording.
+    await services.deps.bus.drained()
+    await asyncio.sleep(0.01)  # and delivered here
     log.task = asyncio.create_task(run())
     await ready.wait()
     try:

@@ -81,12 +81,14 @@ async def test_a_unit_bumps_each_touched_session_once_in_one_statement_and_publi
     async with running(db) as svc:
         task_a, a = await new_session(svc)
         _, b = await new_session(svc)
+        _, c = await new_session(svc)
         _, untouched = await new_session(svc)
-        before = await sequences(db, a, b, untouched)
+        before = await sequences(db, a, b, c, untouched)
         turn_a = (await svc.reads.turns(a))[0].id
 
         # The commit's cost (the bump, the summaries' reconciliation) does not depend on how many
         # sessions were touched; the sequences move once per unit, however often a session was touched.
+        # A unit of one task reconciles its summary in one statement fewer than a unit of several.
         async with uow(svc.deps, [a]) as w:
             w.touch(a)
             start = db.statements
@@ -96,8 +98,17 @@ async def test_a_unit_bumps_each_touched_session_once_in_one_statement_and_publi
             w.touch(a)
             start = db.statements
         two = db.statements - start
-        assert one == two
-        assert await sequences(db, a, b, untouched) == [before[0] + 2, before[1] + 1, before[2]]
+        async with uow(svc.deps, [a, b, c]) as w:
+            w.touch(a, b, c)
+            start = db.statements
+        three = db.statements - start
+        assert one <= two == three
+        assert await sequences(db, a, b, c, untouched) == [
+            before[0] + 3,
+            before[1] + 2,
+            before[2] + 1,
+            before[3],
+        ]
 
         async with events_of(svc) as queue:
             async with uow(svc.deps, [a]) as w:
@@ -110,7 +121,7 @@ async def test_a_unit_bumps_each_touched_session_once_in_one_statement_and_publi
                 assert await until_sentinel(svc, queue) == []
             seen = await until_sentinel(svc, queue)
         assert [(e["type"], e["message_id"]) for e in seen] == [("message.added", row.id)]
-        assert await sequences(db, a) == [before[0] + 3]
+        assert await sequences(db, a) == [before[0] + 4]
 
 
 async def test_a_unit_that_raises_writes_nothing_bumps_nothing_and_publishes_nothing(db: Database) -> None:
