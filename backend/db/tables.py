@@ -78,6 +78,9 @@ task_session_turns = Table(
     ),
 )
 
+PENDING_STATUS_PG = "coalesce((metadata ->> 'status'), '') IN ('pending', '')"
+PENDING_STATUS_SQLITE = "coalesce(json_extract(metadata, '$.status'), '') IN ('pending', '')"
+
 task_session_messages = Table(
     "task_session_messages",
     metadata,
@@ -93,6 +96,16 @@ task_session_messages = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_messages_turn_type", "turn_id", "type"),
     Index("ix_messages_session_created", "session_id", "created_at", "id"),
+    # The pending rows of a turn (a question or permission request still waiting): the one rule's
+    # pending tests read only these, so their cost does not grow with the turn's answered history.
+    # The predicate is the text `repository.authority.is_pending_status` compiles to on each dialect.
+    Index(
+        "ix_messages_pending_turn",
+        "turn_id",
+        "type",
+        sqlite_where=text(PENDING_STATUS_SQLITE),
+        postgresql_where=text(PENDING_STATUS_PG),
+    ),
 )
 
 task_status_summaries = Table(

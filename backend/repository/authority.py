@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, case, exists, func, not_, or_, select
+from sqlalchemy import ColumnElement, and_, case, exists, func, literal_column, not_, or_, select
 from sqlalchemy.sql.selectable import ScalarSelect
 
 from backend.db.sqlfuncs import json_flag, json_text
@@ -85,8 +85,14 @@ def current_turn_id(session_id: Col) -> ColumnElement[Any]:
 
 
 def is_pending_status(message: Any) -> ColumnElement[bool]:
-    """Status `pending`, or missing/empty (legacy); callers must already restrict to the current turn."""
-    return func.coalesce(json_text(message.c.metadata, "status"), "").in_([ClarificationStatus.PENDING, ""])
+    """Status `pending`, or missing/empty (legacy); callers must already restrict to the current turn.
+
+    Rendered with literal constants, exactly as the predicate of the partial index
+    `ix_messages_pending_turn` (backend/db/tables.py), so both planners can use that index: the
+    pending rows of a turn are found without walking its answered history."""
+    return func.coalesce(json_text(message.c.metadata, "status"), literal_column("''")).in_(
+        [literal_column(f"'{ClarificationStatus.PENDING.value}'"), literal_column("''")]
+    )
 
 
 def session_is_live(state: Col) -> ColumnElement[bool]:
