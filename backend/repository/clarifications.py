@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, update
+from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
@@ -28,9 +28,9 @@ from backend.domain.lifecycle import (
     BundleRow,
     QuestionSpec,
 )
-from backend.domain.records import MessageRecord, SessionRecord
+from backend.domain.records import MessageRecord, SessionRecord, SummaryRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
-from backend.repository import rows, tasks
+from backend.repository import rows, summaries, tasks
 from backend.repository.authority import (
     active_clarification_rows,
     current_turn_id,
@@ -81,8 +81,15 @@ _SESSION_OF_BUNDLE_P = Prepared(_SESSION_OF_BUNDLE)
 # PostgreSQL: the same, and its session's lock taken in the same statement (the LIMIT keeps the
 # subquery whole, so the lock is taken for the one row found).
 _FOUND = _SESSION_OF_BUNDLE.subquery("found")
-_LOCK_SESSION_OF_BUNDLE = Prepared(
+_FOUND_LOCKED = (
     select(_FOUND.c.session_id, func.pg_advisory_xact_lock(lock_key(_FOUND.c.session_id)).label("locked"))
+    .cte("found_locked")
+    .prefix_with("MATERIALIZED")
+)
+# ... and then its task's summary row held (see `summaries.held_summary_of`).
+_HELD = summaries.held_summary_of(_FOUND_LOCKED.c.session_id)
+_LOCK_SESSION_OF_BUNDLE = Prepared(
+    select(_FOUND_LOCKED.c.session_id, *_HELD.c).select_from(_FOUND_LOCKED.outerjoin(_HELD, true()))
 )
 
 
@@ -177,14 +184,19 @@ async def session_of_bundle(conn: AsyncConnection, pending_id: str) -> str | Non
     return None if row is None else str(row.session_id)
 
 
-async def lock_session_of_bundle(conn: AsyncConnection, pending_id: str) -> tuple[str | None, bool]:
-    """`session_of_bundle`, and on PostgreSQL its session's lock taken in the same statement: (the
-    session, whether it is now locked). A bundle's session never changes, so what the caller reads
-    next (a new snapshot, after the lock) is as fresh as after a separate lock."""
+async def lock_session_of_bundle(
+    conn: AsyncConnection, pending_id: str
+) -> tuple[str | None, bool, SummaryRecord | None]:
+    """`session_of_bundle`, and on PostgreSQL its session's lock taken in the same statement, then
+    its task's summary row held: (the session, whether it is now locked, the held summary, None when
+    not held or the task has none). A bundle's session never changes, so what the caller reads next
+    (a new snapshot, after the lock) is as fresh as after a separate lock."""
     if conn.dialect.name != "postgresql":
-        return await session_of_bundle(conn, pending_id), False
+        return await session_of_bundle(conn, pending_id), False, None
     row = await _LOCK_SESSION_OF_BUNDLE.first(conn, {"b_pending_id": pending_id})
-    return (None, False) if row is None else (str(row.session_id), True)
+    if row is None:
+        return None, False, None
+    return str(row.session_id), True, summaries.held_record(row)
 
 
 async def bundle_facts(

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, case, select, tuple_, update
+from sqlalchemy import ColumnElement, bindparam, case, func, select, true, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.selectable import LateralFromClause
 
 from backend.db.engine import utcnow
 from backend.db.prepared import Prepared
@@ -18,6 +19,7 @@ from backend.domain.pending import TASK_RANK
 from backend.domain.records import SummaryRecord
 from backend.domain.states import TASK_PENDING_SESSION_STATES
 from backend.repository.authority import current_turn_id, pending_action
+from backend.repository.locks import lock_key
 from backend.repository.rows import metadata_of
 
 _B_TASK = bindparam("b_task", type_=S.c.task_id.type)
@@ -85,6 +87,44 @@ _RECONCILE_ONE = Prepared(
     )
     .returning(*S.c)
 )
+
+
+def held_summary_of(session_id: ColumnElement[Any]) -> LateralFromClause:
+    """The summary row of a session's task, locked (FOR UPDATE), as a LATERAL subquery of the
+    statement that just took the session's advisory lock: evaluated for the lock's row, so after the
+    lock (session locks always before summary rows), and row locking returns the newest version."""
+    return (
+        select(S)
+        .join(TS, TS.c.task_id == S.c.task_id)
+        .where(TS.c.id == session_id)
+        .with_for_update(of=S)
+        .lateral("held_summary")
+    )
+
+
+_B_SESSION = bindparam("b_session", type_=TS.c.id.type)
+_SESSION_LOCK = (
+    select(_B_SESSION.label("session_id"), func.pg_advisory_xact_lock(lock_key(_B_SESSION)).label("locked"))
+    .cte("session_lock")
+    .prefix_with("MATERIALIZED")
+)
+_HELD = held_summary_of(_SESSION_LOCK.c.session_id)
+# PostgreSQL: a session's lock, then its task's summary row, in one statement.
+_LOCK_SESSION_HOLDING_SUMMARY = Prepared(
+    select(_SESSION_LOCK.c.session_id, *_HELD.c).select_from(_SESSION_LOCK.outerjoin(_HELD, true()))
+)
+
+
+def held_record(row: Any) -> SummaryRecord | None:
+    """The summary columns of a row that outer-joined `held_summary_of` (None: the task has none)."""
+    return None if row.task_id is None else _record(row)
+
+
+async def lock_session_holding_summary(conn: AsyncConnection, session_id: str) -> SummaryRecord | None:
+    """PostgreSQL: take the session's lock and then hold its task's summary row until the transaction
+    ends (None when the task has no summary yet). One statement."""
+    rows = await _LOCK_SESSION_HOLDING_SUMMARY.rows(conn, {"b_session": session_id})
+    return held_record(rows[0])
 
 
 def _record(row: Any) -> SummaryRecord:

@@ -208,7 +208,7 @@ class Clarifications:
         self, waiter: Waiter, specs: Any, context: str | None, signature: str
     ) -> Bundle:
         session_id = waiter.session_id
-        async with uow(self.deps, [session_id]) as w:
+        async with uow(self.deps, [session_id], hold_summary=True) as w:
             conn = w.conn
             session, turn_id, reused = await repo.ask_context(conn, session_id, signature)
             if session.state in TERMINAL_SESSION_STATES:
@@ -431,11 +431,12 @@ class Clarifications:
     ) -> RespondOutcome:
         async with uow(self.deps, hold=True) as w:
             conn = w.conn
-            session_id, locked = await repo.lock_session_of_bundle(conn, pending_id)
+            session_id, locked, held = await repo.lock_session_of_bundle(conn, pending_id)
             if session_id is None:
                 raise NotFound("clarification", pending_id)
             if locked:
                 w.locked_by_read(session_id)
+                w.summary_held(session_id, held)
             else:
                 await w.lock([session_id])
             bundle = await self._load(conn, pending_id)

@@ -108,6 +108,26 @@ async def project_in_transaction(
     return list(written.values()), current
 
 
+async def reconcile_held_in_transaction(
+    conn: AsyncConnection, held: Sequence[SummaryRecord | None]
+) -> tuple[list[SummaryRecord], bool]:
+    """`project_in_transaction` for a unit that has held these summary rows since an earlier
+    statement (`uow(..., hold_summary=True)`): one statement per task, and no lock to take. A task
+    without a summary yet is left to readers and the live projector (not current)."""
+    if any(h is None for h in held):
+        return [], False
+    written: list[SummaryRecord] = []
+    try:
+        for task_id in sorted({h.task_id for h in held if h is not None}):
+            record = await summaries.reconcile_held(conn, task_id)
+            if record is not None:
+                written.append(record)
+    except CorruptData:
+        log.exception("summary projection failed", extra={"event": "summary.project_failed"})
+        return [], False
+    return written, True
+
+
 @dataclass
 class Summaries:
     deps: Deps

@@ -24,15 +24,18 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.domain.errors import BrokenInvariant
 from backend.domain.records import SummaryRecord
-from backend.repository import locks, tasks
+from backend.repository import locks, summaries, tasks
 from backend.services.context import Deps
 from backend.services.events_out import publish_batch, session_change
 from backend.services.summaries import (
+    FAULT_CAS_CONFLICT,
     FAULT_PUBLISH,
     SUMMARY_CHANNEL,
     project_in_transaction,
     publish_summaries,
+    reconcile_held_in_transaction,
     summary_event,
 )
 
@@ -61,6 +64,10 @@ class Work:
     # tasks' summaries need no reconciliation for it.
     neutral: set[str] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
+    # Sessions whose task's summary row this unit holds since the statement that locked the session
+    # (PostgreSQL): session -> the held summary (None: the task has none yet). Session locks always
+    # come before summary rows, so no session lock may follow.
+    held: dict[str, SummaryRecord | None] = field(default_factory=dict)
     # Filled at commit: the task summaries this unit wrote, and whether every touched task's summary
     # is provably current (then its events tell the live projector so).
     summaries: list[SummaryRecord] = field(default_factory=list)
@@ -70,12 +77,19 @@ class Work:
         """Serialize on more sessions (found by a read under this transaction); idempotent."""
         wanted = sorted(set(session_ids) - self.locked)
         if wanted:
+            if self.held:
+                raise BrokenInvariant("a session lock after a held summary row could deadlock")
             await locks.lock_sessions(self.conn, wanted)
             self.locked.update(wanted)
 
     def locked_by_read(self, session_id: str) -> None:
         """A read under this transaction already took this session's lock (in the same statement)."""
         self.locked.add(session_id)
+
+    def summary_held(self, session_id: str, summary: SummaryRecord | None) -> None:
+        """The statement that locked this session also holds its task's summary row until the
+        commit (`summary`; None when the task has none yet)."""
+        self.held[session_id] = summary
 
     def touch(self, *session_ids: str, task_id: str | None = None, pending_action_kept: bool = False) -> None:
         """These sessions' projections may have changed: bump their sequence at commit (`task_id`:
@@ -118,18 +132,34 @@ class Work:
 
 
 @asynccontextmanager
-async def uow(deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False) -> AsyncIterator[Work]:
+async def uow(
+    deps: Deps, session_ids: Iterable[str] = (), *, hold: bool = False, hold_summary: bool = False
+) -> AsyncIterator[Work]:
     """One write transaction holding these sessions' locks; `hold=True` leaves publication to
-    `flush(deps, work)` (for a caller that must act between the commit and the fan-out)."""
+    `flush(deps, work)` (for a caller that must act between the commit and the fan-out).
+    `hold_summary` (one session, no further session locks in the unit): on PostgreSQL the statement
+    that takes the session's lock also holds its task's summary row, so the commit reconciles that
+    summary in one statement instead of locking it first."""
     async with deps.db.write() as conn:
         work = Work(conn)
-        await work.lock(session_ids)
+        wanted = list(session_ids)
+        if hold_summary and len(wanted) == 1 and conn.dialect.name == "postgresql":
+            held = await summaries.lock_session_holding_summary(conn, wanted[0])
+            work.locked_by_read(wanted[0])
+            work.summary_held(wanted[0], held)
+        else:
+            await work.lock(wanted)
         yield work
         if work.touched:
             touched = list(work.touched)
             await tasks.bump_pending_seqs(conn, [s for s in touched if s not in work.bumped])
             changed = [s for s in touched if s not in work.neutral]
-            if changed:
+            faults = deps.settings.fault_points
+            if changed and all(s in work.held for s in changed) and FAULT_CAS_CONFLICT not in faults:
+                work.summaries, work.projected = await reconcile_held_in_transaction(
+                    conn, [work.held[s] for s in changed]
+                )
+            elif changed:
                 work.summaries, work.projected = await project_in_transaction(
                     conn,
                     changed,

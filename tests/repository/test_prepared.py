@@ -237,7 +237,7 @@ async def test_every_way_of_locking_a_session_takes_the_same_lock(pg_url: str) -
             await locks.lock_sessions(conn, [session_id, "another-session"])
 
         async def lock_through_the_bundle(conn: AsyncConnection) -> None:
-            found, locked = await clarifications.lock_session_of_bundle(conn, pending_id)
+            found, locked, _ = await clarifications.lock_session_of_bundle(conn, pending_id)
             assert (found, locked) == (session_id, True)
 
         ways = (lock_alone, lock_among_others, lock_through_the_bundle)

@@ -15,8 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
+from backend.services.clarifications import trusted
 from backend.services.context import Deps
 from backend.services.summaries import SUMMARY_CHANNEL, Summaries
+from tests.lifecycle.support import Agent, running, yes
 from tests.services.support import ask, services_for, stored_summary
 from tests.services.test_summaries import running_session
 
@@ -103,3 +105,41 @@ async def test_two_reconcilers_racing_the_compare_and_set_advance_each_revision_
             listener.cancel()
             for p in processes:
                 await p.dispose()
+
+
+async def test_sibling_sessions_asking_and_answering_at_once_leave_the_summary_derived(db: Database) -> None:
+    """Units of sibling sessions of one task hold the task's summary row from their first statement
+    (PostgreSQL) or run one after another (SQLite): however they interleave with each other and with
+    readers' repairs, nothing deadlocks and the stored summary ends as the derivation says."""
+    async with running(db) as svc:
+        task = await svc.operations.create_task("siblings")
+        sessions = []
+        for i in range(6):
+            session = await svc.operations.create_session(task.id, is_primary=i == 0, input_capable=True)
+            await svc.operations.start_turn(session.id)
+            sessions.append(session.id)
+        await svc.summaries.refresh([task.id])
+
+        async def ask_and_answer(session_id: str, answer: bool) -> None:
+            agent = await Agent.ask(svc, session_id)
+            agent.wait()
+            if answer:
+                await svc.clarifications.respond(
+                    agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+                )
+                await agent.outcome()
+            await agent.close()
+
+        for _ in range(3):
+            await asyncio.gather(
+                *(ask_and_answer(s, answer=i % 2 == 0) for i, s in enumerate(sessions)),
+                svc.summaries.reconcile([task.id]),
+            )
+        agent = await Agent.ask(svc, sessions[0])  # one question left open
+        stored = await stored_summary(db, task.id)
+        views = await svc.summaries.reconcile([task.id])
+        await agent.close()
+    assert stored is not None
+    assert stored["pending_action"] == "clarification"
+    summary = views[task.id].summary
+    assert summary is not None and summary.revision == stored["revision"]  # nothing left to repair
