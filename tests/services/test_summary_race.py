@@ -142,4 +142,5 @@ async def test_sibling_sessions_asking_and_answering_at_once_leave_the_summary_d
     assert stored is not None
     assert stored["pending_action"] == "clarification"
     summary = views[task.id].summary
-    assert summary is not None and summary.revision == stored["revision"]  # nothing left to repair
+    assert summary is not None
+    assert summary.revision == stored["revision"]  # nothing was left to repair
