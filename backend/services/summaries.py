@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -61,6 +61,7 @@ async def project_in_transaction(
     session_ids: Sequence[str],
     *,
     task_of: dict[str, str] | None = None,
+    held: Mapping[str, SummaryRecord | None] | None = None,
     fault_points: Iterable[str] = (),
 ) -> tuple[list[SummaryRecord], bool]:
     """Reconcile the existing summaries of these sessions' tasks inside the writer's transaction (a
@@ -68,7 +69,11 @@ async def project_in_transaction(
     written and whether every one of those tasks is now provably current (False: a summary not yet
     created, a race or a failure, left to the live projector and readers as before). A constant
     number of statements, whatever the count. `task_of` (session -> task, when the caller knows it
-    for every session) spares the lookup."""
+    for every session) spares the lookup; `held` (session -> its task's summary row, which the
+    transaction has held since the statement that locked the session) spares the lock."""
+    fault_points = tuple(fault_points)
+    if held and all(s in held for s in session_ids) and FAULT_CAS_CONFLICT not in fault_points:
+        return await _reconcile_held([held[s] for s in session_ids], conn)
     known = task_of or {}
     if all(s in known for s in session_ids):
         task_ids = sorted({known[s] for s in session_ids})
@@ -77,16 +82,14 @@ async def project_in_transaction(
     if not task_ids:
         return [], True
     if len(task_ids) == 1 and FAULT_CAS_CONFLICT not in fault_points:
-        # One task (every hot path): hold its summary row, then derive and write in one statement
-        # whose snapshot follows the lock.
+        # One task: hold its summary row, then derive and write in one statement whose snapshot
+        # follows the lock.
         try:
-            if not await summaries.lock_summaries(conn, task_ids):
-                return [], False  # no summary yet: readers and the live projector create it
-            written_one = await summaries.reconcile_held(conn, task_ids[0])
+            stored_one = await summaries.lock_summaries(conn, task_ids)
         except CorruptData:
             log.exception("summary projection failed", extra={"event": "summary.project_failed"})
             return [], False
-        return ([] if written_one is None else [written_one]), True
+        return await _reconcile_held([stored_one.get(task_ids[0])], conn)
     try:
         stored = await summaries.lock_summaries(conn, task_ids)
         pairs = await pending.sessions_with_pending(conn, task_ids)
@@ -97,10 +100,10 @@ async def project_in_transaction(
     for session, projection in pairs:
         by_task[session.task_id].append(projection)
     changes: dict[str, tuple[int, str | None]] = {}
-    for task_id, held in stored.items():
+    for task_id, summary in stored.items():
         derived = task_pending_action(by_task[task_id])
-        if held.pending_action != derived:
-            changes[task_id] = (held.revision, derived)
+        if summary.pending_action != derived:
+            changes[task_id] = (summary.revision, derived)
     if FAULT_CAS_CONFLICT in fault_points and changes:
         await summaries.bump_revisions(conn, list(changes))
     written = await summaries.compare_and_set(conn, changes)
@@ -108,12 +111,11 @@ async def project_in_transaction(
     return list(written.values()), current
 
 
-async def reconcile_held_in_transaction(
-    conn: AsyncConnection, held: Sequence[SummaryRecord | None]
+async def _reconcile_held(
+    held: Sequence[SummaryRecord | None], conn: AsyncConnection
 ) -> tuple[list[SummaryRecord], bool]:
-    """`project_in_transaction` for a unit that has held these summary rows since an earlier
-    statement (`uow(..., hold_summary=True)`): one statement per task, and no lock to take. A task
-    without a summary yet is left to readers and the live projector (not current)."""
+    """Reconcile summary rows this transaction holds, one statement per task. A task without a
+    summary yet is left to readers and the live projector (not current)."""
     if any(h is None for h in held):
         return [], False
     written: list[SummaryRecord] = []

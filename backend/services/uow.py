@@ -30,12 +30,10 @@ from backend.repository import locks, summaries, tasks
 from backend.services.context import Deps
 from backend.services.events_out import publish_batch, session_change
 from backend.services.summaries import (
-    FAULT_CAS_CONFLICT,
     FAULT_PUBLISH,
     SUMMARY_CHANNEL,
     project_in_transaction,
     publish_summaries,
-    reconcile_held_in_transaction,
     summary_event,
 )
 
@@ -154,16 +152,12 @@ async def uow(
             touched = list(work.touched)
             await tasks.bump_pending_seqs(conn, [s for s in touched if s not in work.bumped])
             changed = [s for s in touched if s not in work.neutral]
-            faults = deps.settings.fault_points
-            if changed and all(s in work.held for s in changed) and FAULT_CAS_CONFLICT not in faults:
-                work.summaries, work.projected = await reconcile_held_in_transaction(
-                    conn, [work.held[s] for s in changed]
-                )
-            elif changed:
+            if changed:
                 work.summaries, work.projected = await project_in_transaction(
                     conn,
                     changed,
                     task_of={**{e.session_id: e.task_id for e in work.events}, **work.task_of},
+                    held=work.held,
                     fault_points=deps.settings.fault_points,
                 )
             else:
