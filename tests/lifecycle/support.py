@@ -121,22 +121,27 @@ class EventLog:
         return [str(e["message_id"]) for e in self.events if e["type"] == kind]
 
 
+RECORDING_MARK = "test.recording"
+
+
 @asynccontextmanager
 async def recording(services: Services) -> AsyncIterator[EventLog]:
+    """Every task-channel event published after the block starts. A marker published first (the bus
+    publishes in order) separates them from events of earlier writes still queued."""
     log = EventLog()
-    ready = asyncio.Event()
+    started = asyncio.Event()
 
     async def run() -> None:
         async with services.deps.bus.subscribe(TASK_CHANNEL) as events:
-            ready.set()
+            await services.deps.bus.publish(TASK_CHANNEL, {"type": RECORDING_MARK})
             async for e in events:
-                log.events.append(e)
+                if started.is_set():
+                    log.events.append(e)
+                elif e.get("type") == RECORDING_MARK:
+                    started.set()
 
-    # Events of earlier writes still queued for publication are not part of this recording.
-    await services.deps.bus.drained()
-    await asyncio.sleep(0.01)  # and delivered here
     log.task = asyncio.create_task(run())
-    await ready.wait()
+    await asyncio.wait_for(started.wait(), 10)
     try:
         yield log
     finally:
