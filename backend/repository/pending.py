@@ -19,7 +19,7 @@ from backend.repository.authority import active_clarification_rows, current_turn
 from backend.repository.meta import epoch_value, parse_epoch
 
 
-def _projected_sessions(where: ColumnElement[bool]) -> Select[Any]:
+def projected_sessions(where: ColumnElement[bool]) -> Select[Any]:
     """Session rows with their projection: the derivation runs once per session row, and the epoch
     is read in the same statement (one snapshot) as each sequence."""
     # Materialized, so the current turn is derived once per session even where the planner would
@@ -36,12 +36,12 @@ def _projected_sessions(where: ColumnElement[bool]) -> Select[Any]:
 
 # Built once per process: the projection is the hottest read there is, and building its expression
 # cost more than running it.
-_BY_SESSION_IDS = _projected_sessions(S.c.id.in_(bindparam("b_session_ids", expanding=True)))
-_BY_TASK_IDS = _projected_sessions(S.c.task_id.in_(bindparam("b_task_ids", expanding=True)))
+_BY_SESSION_IDS = projected_sessions(S.c.id.in_(bindparam("b_session_ids", expanding=True)))
+_BY_TASK_IDS = projected_sessions(S.c.task_id.in_(bindparam("b_task_ids", expanding=True)))
 _BY_TASK_IDS = _BY_TASK_IDS.order_by(
     _BY_TASK_IDS.selected_columns.created_at, _BY_TASK_IDS.selected_columns.id
 )
-_BY_TASK_ID = _projected_sessions(S.c.task_id == bindparam("b_task_id", type_=S.c.task_id.type))
+_BY_TASK_ID = projected_sessions(S.c.task_id == bindparam("b_task_id", type_=S.c.task_id.type))
 _BY_TASK_ID_P = Prepared(
     _BY_TASK_ID.order_by(_BY_TASK_ID.selected_columns.created_at, _BY_TASK_ID.selected_columns.id)
 )

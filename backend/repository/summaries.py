@@ -18,8 +18,8 @@ from backend.domain.errors import CorruptData
 from backend.domain.pending import TASK_RANK
 from backend.domain.records import SummaryRecord
 from backend.domain.states import TASK_PENDING_SESSION_STATES
-from backend.repository.authority import current_turn_id, pending_action
 from backend.repository.locks import lock_key
+from backend.repository.pending import projected_sessions
 from backend.repository.rows import metadata_of
 
 _B_TASK = bindparam("b_task", type_=S.c.task_id.type)
@@ -41,21 +41,8 @@ def _derived_pending_action() -> Any:
     """The task's pending action derived in SQL from its sessions' projections: the same rule as
     `backend.domain.pending.task_pending_action` (sessions doing work only, the highest task rank,
     the oldest session first among equals); tests hold the two to the same answers."""
-    sessions = (
-        select(TS.c.id, TS.c.state, TS.c.created_at, current_turn_id(TS.c.id).label("turn_id"))
-        .where(TS.c.task_id == _B_TASK)
-        .cte("task_sessions_now")
-        .prefix_with("MATERIALIZED")
-    )
     projected = (
-        select(
-            sessions.c.id,
-            sessions.c.state,
-            sessions.c.created_at,
-            pending_action(sessions.c.id, sessions.c.state, sessions.c.turn_id).label("pending_action"),
-        )
-        .cte("task_projections")
-        .prefix_with("MATERIALIZED")
+        projected_sessions(TS.c.task_id == _B_TASK).cte("task_projections").prefix_with("MATERIALIZED")
     )
     return (
         select(projected.c.pending_action)
