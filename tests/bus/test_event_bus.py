@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backend.events import BUS_GAP, BusState, EventBus
+from backend.events import BUS_GAP, BusState, BusUnavailable, EventBus
 from backend.pgbus import PostgresBus, encode
 from tests.bus.support import (
     RedisProcess,
@@ -183,3 +183,39 @@ async def test_a_process_back_from_a_gap_makes_the_others_resync_too(pg_url: str
     finally:
         await lost.disconnect()
         await other.disconnect()
+
+
+async def test_posted_and_awaited_publishes_keep_their_order_and_a_post_during_an_outage_only_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Units post their events and go on; the one sender publishes them in order, batched, and an
+    awaited publish never overtakes what was posted before it. While the broker is gone a post
+    returns at once and its failure is logged, and an awaited publish raises."""
+    with redis_process() as redis:
+        bus = fast_bus(redis.url)
+        await bus.connect()
+        got: list[dict[str, Any]] = []
+        try:
+            async with bus.subscribe("t.order") as events:
+
+                async def collect() -> None:
+                    async for e in events:
+                        got.append(e)
+
+                reader = asyncio.create_task(collect())
+                for unit in range(50):
+                    bus.post_many([("t.order", {"n": unit, "i": i}) for i in range(3)], "test.unit")
+                await bus.publish("t.order", {"n": "last"})
+                await eventually(lambda: _async(len(got) == 151), what="every message")
+                assert got == [{"n": u, "i": i} for u in range(50) for i in range(3)] + [{"n": "last"}]
+
+                await asyncio.to_thread(redis.stop)
+                await eventually(lambda: _async(bus.state != BusState.CONNECTED), what="bus lost")
+                bus.post_many([("t.order", {"n": "lost"})], "test.lost")
+                await asyncio.wait_for(bus.drained(), 10)
+                assert "events not published: bus unavailable" in caplog.text
+                with pytest.raises(BusUnavailable):
+                    await bus.publish("t.order", {"n": "lost too"})
+                reader.cancel()
+        finally:
+            await bus.disconnect()
