@@ -24,6 +24,10 @@ class FieldsFormatter(logging.Formatter):
 
 
 def configure(level: int = logging.INFO) -> None:
+    # Lines name no thread or process: a record need not look them up (a few per ask -> answer).
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler()
     handler.setFormatter(FieldsFormatter(FORMAT))
     logging.basicConfig(level=level, handlers=[handler])

@@ -11,6 +11,7 @@ from strawberry.types import Info
 from backend import metrics
 from backend.api.access import require_session_agent, require_task_answer, require_task_read
 from backend.api.context import Context
+from backend.api.inputs import compiled_input
 from backend.api.types import (
     ClarificationBundle,
     Task,
@@ -24,6 +25,7 @@ from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
 # --- inputs -------------------------------------------------------------------------------------
 
 
+@compiled_input
 @strawberry.input
 class ClarificationOptionInput:
     id: strawberry.ID | None = None
@@ -31,6 +33,7 @@ class ClarificationOptionInput:
     description: str | None = None
 
 
+@compiled_input
 @strawberry.input
 class ClarificationQuestionInput:
     id: strawberry.ID | None = None
@@ -40,6 +43,7 @@ class ClarificationQuestionInput:
     multi_select: bool | None = False
 
 
+@compiled_input
 @strawberry.input
 class ClarificationAnswerInput:
     question_id: strawberry.ID

@@ -13,7 +13,7 @@ from typing import Any
 
 from graphql import DocumentNode, GraphQLError, StringValueNode, visit
 from graphql.language import ArgumentNode, Visitor
-from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionContext
 
 PROBLEM = "text must not contain NUL characters or unpaired surrogates"
 
@@ -79,15 +79,9 @@ def _literal_problems(text: str, document: DocumentNode) -> tuple[str, ...]:
     return found
 
 
-class TextHygiene(SchemaExtension):
-    def on_validate(self) -> Iterator[None]:
-        ctx = self.execution_context
-        bad = list(bad_variable_paths(ctx.variables or {}, "$"))
-        if ctx.graphql_document is not None:
-            bad += _literal_problems(ctx.query or "", ctx.graphql_document)
-        if bad:
-            # Set before validation runs: the operation then ends with this error and executes nothing.
-            ctx.pre_execution_errors = [
-                GraphQLError(f"{where}: {PROBLEM}", extensions={"code": "BAD_USER_INPUT"}) for where in bad
-            ]
-        yield
+def text_problems(ctx: ExecutionContext) -> list[GraphQLError]:
+    """The operation's unstorable text (variables and the document's string literals), as errors."""
+    bad = list(bad_variable_paths(ctx.variables or {}, "$"))
+    if ctx.graphql_document is not None:
+        bad += _literal_problems(ctx.query or "", ctx.graphql_document)
+    return [GraphQLError(f"{where}: {PROBLEM}", extensions={"code": "BAD_USER_INPUT"}) for where in bad]

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, ValidationRule
-from strawberry.extensions import AddValidationRules
 
 
-def max_query_bytes(limit: int) -> type[AddValidationRules]:
+def max_query_bytes(limit: int) -> type[ValidationRule]:
+    """A validation rule refusing a document longer than `limit` bytes (UTF-8)."""
+
     class MaxQueryBytes(ValidationRule):
         def enter_document(self, node: DocumentNode, *_: Any) -> None:
             body = node.loc.source.body if node.loc is not None else ""
@@ -21,8 +22,4 @@ def max_query_bytes(limit: int) -> type[AddValidationRules]:
                     )
                 )
 
-    class MaxQueryBytesLimiter(AddValidationRules):
-        def __init__(self) -> None:
-            super().__init__([MaxQueryBytes])
-
-    return MaxQueryBytesLimiter
+    return MaxQueryBytes

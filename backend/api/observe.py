@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 from graphql import FieldNode, OperationDefinitionNode
-from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionContext
 from strawberry.types.graphql import OperationType
 
 from backend.metrics import OPERATIONS
@@ -27,14 +24,9 @@ def root_field(document: object, operation_name: str | None) -> str:
     return "other"
 
 
-class OperationMetrics(SchemaExtension):
-    def on_execute(self) -> Iterator[None]:
-        ctx = self.execution_context
-        started = time.perf_counter()
-        yield
-        kind = ctx.operation_type
-        if kind is OperationType.SUBSCRIPTION:
-            return  # a subscription's lifetime is not a latency
-        OPERATIONS.labels(kind.value, root_field(ctx.graphql_document, ctx.operation_name)).observe(
-            time.perf_counter() - started
-        )
+def record_operation(ctx: ExecutionContext, seconds: float) -> None:
+    """The latency of an executed query or mutation (a subscription's lifetime is not a latency)."""
+    kind = ctx.operation_type
+    if kind is OperationType.SUBSCRIPTION:
+        return
+    OPERATIONS.labels(kind.value, root_field(ctx.graphql_document, ctx.operation_name)).observe(seconds)

@@ -1,0 +1,77 @@
+"""Everything the API does around an operation, as one Strawberry extension.
+
+Strawberry runs every hook of every extension as a context manager, on every operation (and its
+extensions are made anew for each one). Eight small extensions (error policy, token limit, two rule
+sets, document and validation caches, text hygiene, operation metrics) cost about as much CPU per
+operation as an ask's storage work. This one extension does the same, in the same order:
+
+- **operation**: the parser's token limit and the extra validation rules (query depth, document
+  size) are set; after the operation, errors are given their code or masked (`ErrorPolicy`);
+- **parse**: documents come from a bounded cache (128 texts); a text that does not parse is left to
+  Strawberry's own parse step, which reports the syntax error as a pre-execution error with its code;
+- **validate**: validation results come from a bounded cache keyed by schema, document and rules;
+  then text no store can keep (`hygiene`) replaces them with its own errors, so the operation
+  executes nothing;
+- **execute**: the latency of a query or mutation, for `/metrics`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from graphql import GraphQLError, ValidationRule
+from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
+from strawberry.extensions.query_depth_limiter import create_validator
+from strawberry.extensions.validation_cache import _get_validate_cache
+
+from backend.api.errors import ErrorPolicy
+from backend.api.hygiene import text_problems
+from backend.api.limits import max_query_bytes
+from backend.api.observe import record_operation
+
+_parse = _get_parse_cache(DEFAULT_MAXSIZE)
+_validate = _get_validate_cache(DEFAULT_MAXSIZE)
+
+
+class OperationPolicy(ErrorPolicy):
+    """Made by `operation_policy`, which sets the limits."""
+
+    max_tokens: int
+    rules: tuple[type[ValidationRule], ...]
+
+    def on_operation(self) -> Iterator[None]:
+        ctx = self.execution_context
+        ctx.parse_options["max_tokens"] = self.max_tokens
+        ctx.validation_rules = ctx.validation_rules + self.rules
+        yield from super().on_operation()
+
+    def on_parse(self) -> Iterator[None]:
+        ctx = self.execution_context
+        if ctx.query:
+            try:
+                ctx.graphql_document = _parse(ctx.query, **ctx.parse_options)
+            except GraphQLError:
+                ctx.graphql_document = None
+        yield
+
+    def on_validate(self) -> Iterator[None]:
+        ctx = self.execution_context
+        ctx.pre_execution_errors = _validate(ctx.schema._schema, ctx.graphql_document, ctx.validation_rules)
+        problems = text_problems(ctx)
+        if problems:
+            # Set before Strawberry's own validation step: the operation ends with these errors.
+            ctx.pre_execution_errors = problems
+        yield
+
+    def on_execute(self) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        record_operation(self.execution_context, time.perf_counter() - started)
+
+
+def operation_policy(*, max_depth: int, max_tokens: int, max_bytes: int) -> type[OperationPolicy]:
+    """The extension class for a schema: its rule classes are made once, so the validation cache
+    (keyed by document and rules) hits for every repeated document."""
+    rules = (create_validator(max_depth, None), max_query_bytes(max_bytes))
+    return type("OperationPolicy", (OperationPolicy,), {"max_tokens": max_tokens, "rules": rules})
