@@ -59,6 +59,7 @@ def _serve_workers(settings: Settings) -> None:
             log_level="info",
             access_log=settings.access_log,
             ws="websockets-sansio",
+            ws_per_message_deflate=settings.ws_compression,
         )
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -93,6 +94,7 @@ def _serve(settings: Settings, *, demo: bool = False) -> int:
             log_level="info",
             access_log=settings.access_log,
             ws="websockets-sansio",
+            ws_per_message_deflate=settings.ws_compression,
         )
     except SystemExit as exc:
         if app.state.runtime.failure is None:

@@ -68,6 +68,9 @@ class Settings:
     workers: int = 1
     # uvicorn's per-request access log (TURNWISE_ACCESS_LOG=1); off by default, it costs on the hot path.
     access_log: bool = False
+    # permessage-deflate on WebSockets: off, since an operation's messages are small and compressing
+    # each one costs both ends more CPU than it saves on the wire (TURNWISE_WS_COMPRESSION=1 turns it on).
+    ws_compression: bool = False
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -104,6 +107,7 @@ class Settings:
             scripted_log=os.environ.get("TURNWISE_SCRIPTED_LOG") or None,
             workers=_int("TURNWISE_WORKERS", base.workers),
             access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
+            ws_compression=os.environ.get("TURNWISE_WS_COMPRESSION", "") in ("1", "true", "yes"),
         )
 
     def scale_out_problem(self) -> str | None:

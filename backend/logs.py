@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 # What every LogRecord carries; anything else on a record came from `extra=`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -11,6 +12,19 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 class FieldsFormatter(logging.Formatter):
     """`... clarification asked event=clarification.asked pending_id=p1 session_id=s1`."""
+
+    _second: int | None = None
+    _stamp = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        # The date and time change once a second: formatted once per second, not once per line.
+        if datefmt is not None or self.default_msec_format is None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(second))
+            self._second = second
+        return self.default_msec_format % (self._stamp, record.msecs)
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)

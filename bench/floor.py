@@ -235,6 +235,8 @@ def main() -> None:
         log_level="warning",
         access_log=False,
         ws="websockets-sansio",
+        # As `turnwise serve` by default: the floor gets every knob of the framework that Turnwise uses.
+        ws_per_message_deflate=False,
     )
 
 

@@ -471,7 +471,10 @@ class Clarifications:
             else:
                 w.touch(session_id, task_id=bundle.task_id)
         after = _merge(bundle, claimed)
-        log.info(
+        # A live claim is followed by "clarification delivered" (or a warning and its restore): the
+        # claim itself is detail. A resume or a persisted rejection is logged here.
+        log.log(
+            logging.DEBUG if live else logging.INFO,
             "clarification claimed",
             extra={
                 "event": "clarification.claimed",
