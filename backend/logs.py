@@ -16,7 +16,7 @@ class FieldsFormatter(logging.Formatter):
     _second: int | None = None
     _stamp = ""
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         # The date and time change once a second: formatted once per second, not once per line.
         if datefmt is not None or self.default_msec_format is None:
             return super().formatTime(record, datefmt)

@@ -54,7 +54,9 @@ class Database:
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
             kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
-            kwargs["connect_args"] = {"timeout": 30}
+            # check_same_thread: statements of a write unit that holds the writer lock run on the
+            # event loop's thread (see `prepared._inline_sqlite`), the rest on aiosqlite's thread.
+            kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             kwargs.update(pool_size=pool_size, max_overflow=pool_size)
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
