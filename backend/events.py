@@ -37,7 +37,7 @@ from broadcaster import Broadcast
 from broadcaster._backends.base import BroadcastBackend
 from broadcaster._base import Event as BroadcastEvent
 
-from backend import faults, metrics
+from backend import faults, jsoncodec, metrics
 from backend.domain.ids import new_id
 
 log = logging.getLogger("turnwise.events")
@@ -234,7 +234,7 @@ class EventBus:
         if len(channel.locals) > 1:
             # Decoded once for every local subscriber (each gets its own shallow copy).
             with contextlib.suppress(ValueError):
-                decoded = json.loads(event.message)
+                decoded = jsoncodec.loads(event.message)
                 if isinstance(decoded, dict):
                     message = decoded
         for local in channel.locals:
@@ -483,7 +483,7 @@ class EventBus:
     def _enqueue(
         self, messages: Sequence[tuple[str, dict[str, Any]]], done: asyncio.Future[None] | None, what: str
     ) -> None:
-        encoded = [(channel, json.dumps(event, separators=(",", ":"))) for channel, event in messages]
+        encoded = [(channel, jsoncodec.dumps(event)) for channel, event in messages]
         self._outbox.append(_Outgoing(encoded, done, what))
         self._outbox_ready.set()
         self._unsent += len(encoded)
@@ -575,7 +575,7 @@ class EventBus:
             async def events() -> AsyncIterator[dict[str, Any]]:
                 while True:
                     message = await local.queue.get()
-                    yield json.loads(message) if isinstance(message, str) else dict(message)
+                    yield jsoncodec.loads(message) if isinstance(message, str) else dict(message)
 
             yield events()
         finally:

@@ -13,6 +13,7 @@ from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
 
+from backend import jsoncodec
 from backend.api import graphiql
 from backend.api.auth import Authenticator, bearer_from_header, bearer_from_params
 from backend.api.context import Context
@@ -71,6 +72,14 @@ class GraphQLView(GraphQL[Context, None]):
             await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
+
+    def decode_json(self, data: str | bytes) -> object:
+        return jsoncodec.loads(data)
+
+    def encode_json(self, data: object) -> str:
+        # Text, never bytes: Strawberry sends bytes as a binary WebSocket frame, which
+        # graphql-transport-ws does not allow.
+        return jsoncodec.dumps(data)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         principal = request.scope.get("state", {}).get("principal")

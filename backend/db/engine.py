@@ -15,6 +15,7 @@ from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from backend import jsoncodec
 from backend.faults import InjectedFault
 
 # How a failing database (or a fault point standing in for one) reaches the code above it: callers that
@@ -47,7 +48,12 @@ class Database:
         self.idle_ping_seconds = idle_ping_seconds
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
-        kwargs: dict[str, Any] = {"echo": echo}
+        # JSON columns (message metadata, summaries) encode and decode with orjson.
+        kwargs: dict[str, Any] = {
+            "echo": echo,
+            "json_serializer": jsoncodec.dumps,
+            "json_deserializer": jsoncodec.loads,
+        }
         if self.dialect == "sqlite":
             database = parsed.database or ""
             if database and database != ":memory:":
