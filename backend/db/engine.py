@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from sqlalchemy.util import await_only
 
 from backend import jsoncodec
 from backend.faults import InjectedFault
@@ -102,7 +103,17 @@ class Database:
         @event.listens_for(sync_engine, "begin")
         def _begin(conn: Any) -> None:
             immediate = conn.get_execution_options().get("turnwise_write", False)
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+            sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+            # Straight on the driver (one hop to aiosqlite's thread, where it may wait for the
+            # writer lock) instead of SQLAlchemy's execution path, which cost more than the BEGIN;
+            # counted and, on failure, translated and handled as that path would.
+            self.statements += 1
+            try:
+                await_only(conn.connection.dbapi_connection._connection.execute(sql))
+            except BaseException as exc:  # noqa: BLE001 - re-raised by SQLAlchemy as its own error
+                # As on SQLAlchemy's own path: a cancellation mid-BEGIN (which may still be waiting
+                # for the lock on aiosqlite's thread) invalidates the connection, never pooling it.
+                conn._handle_dbapi_exception(exc, sql, (), None, None)
 
     def _install_idle_ping(self) -> None:
         """Ping a pooled connection only when it sat idle, instead of on every checkout.

@@ -25,7 +25,7 @@ import contextlib
 import datetime as dt
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -48,7 +48,24 @@ def instance_channel(instance_id: str) -> str:
 
 
 def claim_to_json(claim: Claim) -> dict[str, Any]:
-    return asdict(claim)
+    # Spelled out: `dataclasses.asdict` deep-copies recursively and cost more than the hand-off.
+    return {
+        "claim_id": claim.claim_id,
+        "pending_id": claim.pending_id,
+        "session_id": claim.session_id,
+        "task_id": claim.task_id,
+        "turn_id": claim.turn_id,
+        "message_ids": list(claim.message_ids),
+        "answers": [
+            {
+                "question_id": a.question_id,
+                "selected_option_ids": list(a.selected_option_ids),
+                "custom_text": a.custom_text,
+            }
+            for a in claim.answers
+        ],
+        "rejected": claim.rejected,
+    }
 
 
 def claim_from_json(data: dict[str, Any]) -> Claim:
