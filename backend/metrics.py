@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -85,23 +86,24 @@ _ROUTES = frozenset({"/graphql", "/healthz", "/readyz", "/metrics"})
 
 
 def instrument(db: Database) -> None:
-    """Count the database's statements, transactions and idle-connection pings."""
-    statements = DB_STATEMENTS
+    """Count the database's statements, transactions and idle-connection pings.
+
+    Statements are counted by the database itself (`Database.statements`, one event listener) and
+    added to `turnwise_db_statements_total` when a transaction ends and before every scrape: one
+    counter update per transaction instead of one per statement."""
     commits = DB_TRANSACTIONS.labels("commit")
     rollbacks = DB_TRANSACTIONS.labels("rollback")
     sync_engine = db.engine.sync_engine
-
-    def count_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        if not statement.startswith("BEGIN"):
-            statements.inc()
+    _instrumented.add(db)
 
     def count_commit(_conn: Any) -> None:
         commits.inc()
+        _report_statements(db)
 
     def count_rollback(_conn: Any) -> None:
         rollbacks.inc()
+        _report_statements(db)
 
-    event.listen(sync_engine, "before_cursor_execute", count_statement)
     event.listen(sync_engine, "commit", count_commit)
     event.listen(sync_engine, "rollback", count_rollback)
     if not db.is_sqlite:
@@ -110,8 +112,20 @@ def instrument(db: Database) -> None:
         db.ping_listeners.append(DB_TRANSACTIONS.labels("ping").inc)
 
 
+_instrumented: weakref.WeakSet[Database] = weakref.WeakSet()
+
+
+def _report_statements(db: Database) -> None:
+    counted = db.statements - db.begins
+    if counted > db.statements_reported:
+        DB_STATEMENTS.inc(counted - db.statements_reported)
+        db.statements_reported = counted
+
+
 def exposition() -> tuple[bytes, str]:
     """The text format of every metric: this process's, or all workers' in multiprocess mode."""
+    for db in list(_instrumented):
+        _report_statements(db)
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

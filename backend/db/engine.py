@@ -69,6 +69,10 @@ class Database:
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0
+        # Of those, SQLite's BEGIN statements (`/metrics` counts statements other than BEGIN), and
+        # how many `metrics.instrument` has reported so far.
+        self.begins = 0
+        self.statements_reported = 0
         self.transactions = 0
         self.pings = 0
         self.ping_listeners: list[Callable[[], None]] = []
@@ -108,6 +112,7 @@ class Database:
             # writer lock) instead of SQLAlchemy's execution path, which cost more than the BEGIN;
             # counted and, on failure, translated and handled as that path would.
             self.statements += 1
+            self.begins += 1
             try:
                 await_only(conn.connection.dbapi_connection._connection.execute(sql))
             except BaseException as exc:  # noqa: BLE001 - re-raised by SQLAlchemy as its own error
