@@ -7,12 +7,13 @@ constant number of statements and transactions however much data the database ho
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from backend.db.engine import Database
 from backend.db.tables import task_sessions
@@ -62,6 +63,22 @@ async def until_sentinel(services: Services, queue: asyncio.Queue[dict[str, Any]
         seen.append(event)
 
 
+@contextmanager
+def statements_by_connection(db: Database) -> Iterator[Counter[Any]]:
+    """Statements counted per connection: what a unit ran, whatever ran beside it (the live
+    projector's reads of the events the previous unit published, a heartbeat)."""
+    counts: Counter[Any] = Counter()
+
+    def count(conn: Any, *_: Any) -> None:
+        counts[conn] += 1
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        yield counts
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", count)
+
+
 async def sequences(db: Database, *session_ids: str) -> list[int]:
     async with db.read() as conn:
         found = {
@@ -89,19 +106,20 @@ async def test_a_unit_bumps_each_touched_session_once_in_one_statement_and_publi
         # The commit's cost (the bump, the summaries' reconciliation) does not depend on how many
         # sessions were touched; the sequences move once per unit, however often a session was touched.
         # A unit of one task reconciles its summary in one statement fewer than a unit of several.
-        async with uow(svc.deps, [a]) as w:
-            w.touch(a)
-            start = db.statements
-        one = db.statements - start
-        async with uow(svc.deps, [a, b]) as w:
-            w.touch(a, b)
-            w.touch(a)
-            start = db.statements
-        two = db.statements - start
-        async with uow(svc.deps, [a, b, c]) as w:
-            w.touch(a, b, c)
-            start = db.statements
-        three = db.statements - start
+        with statements_by_connection(db) as counts:
+            async with uow(svc.deps, [a]) as w:
+                w.touch(a)
+                mine, start = w.conn.sync_connection, counts[w.conn.sync_connection]
+            one = counts[mine] - start
+            async with uow(svc.deps, [a, b]) as w:
+                w.touch(a, b)
+                w.touch(a)
+                mine, start = w.conn.sync_connection, counts[w.conn.sync_connection]
+            two = counts[mine] - start
+            async with uow(svc.deps, [a, b, c]) as w:
+                w.touch(a, b, c)
+                mine, start = w.conn.sync_connection, counts[w.conn.sync_connection]
+            three = counts[mine] - start
         assert one <= two == three
         assert await sequences(db, a, b, c, untouched) == [
             before[0] + 3,
