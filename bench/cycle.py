@@ -410,11 +410,13 @@ RUNS = (
 async def run_all(seconds: float, warmup: float, agent_counts: list[int]) -> dict[str, Any]:
     results: dict[str, dict[int, dict[str, Any]]] = {}
     only = os.environ.get("TURNWISE_CYCLE_ONLY", "")
-    for label, kind, dialect, workers in RUNS:
-        if only and only not in label:
-            continue
-        counts = [a for a in agent_counts if a == max(agent_counts)] if workers > 1 else agent_counts
-        for agents in counts:
+    # By agent count first: the runs compared with each other (the floor, Turnwise on PostgreSQL and
+    # on SQLite at the same agent count) are measured one right after the other, so a machine whose
+    # speed drifts over the minutes of a run (a shared 2-core VM does) moves them together.
+    for agents in agent_counts:
+        for label, kind, dialect, workers in RUNS:
+            if (only and only not in label) or (workers > 1 and agents != max(agent_counts)):
+                continue
             async with serving(kind, dialect, workers) as server:
                 result = await measure(server, dialect, agents, seconds, warmup)
             results.setdefault(label, {})[agents] = result
