@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import ScalarSelect
 
@@ -26,13 +27,23 @@ def epoch_value() -> ScalarSelect[Any]:
 
 
 async def advance_epoch(conn: AsyncConnection) -> int:
-    """Allocate the next epoch (once per server start). A corrupt stored value is an error, not a reset."""
-    current = (
-        await conn.execute(select(meta.c.value).where(meta.c.key == EPOCH_KEY).with_for_update())
-    ).scalar_one_or_none()
+    """Allocate the next epoch (once per server start). A corrupt stored value is an error, not a reset.
+
+    Safe when several processes start at once on a fresh database (`turnwise serve --workers N`):
+    only one creates the row; the others wait for its commit and advance from it."""
+    locked = select(meta.c.value).where(meta.c.key == EPOCH_KEY).with_for_update()
+    current = (await conn.execute(locked)).scalar_one_or_none()
     if current is None:
-        await conn.execute(insert(meta).values(key=EPOCH_KEY, value="1"))
-        return 1
+        dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+        created = await conn.execute(
+            dialect.insert(meta)
+            .values(key=EPOCH_KEY, value="1")
+            .on_conflict_do_nothing(index_elements=[meta.c.key])
+        )
+        if created.rowcount == 1:
+            return 1
+        # Another process created it meanwhile (its insert held ours until it committed).
+        current = (await conn.execute(locked)).scalar_one()
     nxt = parse_epoch(current) + 1
     await conn.execute(update(meta).where(meta.c.key == EPOCH_KEY).values(value=str(nxt)))
     return nxt
