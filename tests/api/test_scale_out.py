@@ -121,13 +121,7 @@ async def pinned_connections(base_url: str) -> dict[str, httpx.AsyncClient]:
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
         )
-        try:
-            instance = (await http.get("/readyz")).json()["instance"]
-        except httpx.TransportError:
-            # Seen once on a loaded machine: a fresh connection closed without an answer while the
-            # workers were still coming up. Another connection is another try.
-            await http.aclose()
-            continue
+        instance = (await http.get("/readyz")).json()["instance"]
         if instance in pinned:
             await http.aclose()
         else:
