@@ -471,7 +471,10 @@ def targets(results: dict[str, dict[int, dict[str, Any]]], agent_counts: list[in
         counts = [runs[a]["statements_per_cycle"] for a in agent_counts]
         spread = None if None in counts else max(round(c) for c in counts) - min(round(c) for c in counts)
         check(
-            f"{label} whole statements per cycle constant across agent counts ({counts})", spread, 0, at_most=True
+            f"{label} whole statements per cycle constant across agent counts ({counts})",
+            spread,
+            0,
+            at_most=True,
         )
     two = results.get("turnwise pg+redis 2 workers", {}).get(most)
     if two:
