@@ -14,8 +14,10 @@ commits + rollbacks beside them as a cross-check (approximate: PostgreSQL report
 statistics up to 10 s late), and server CPU per cycle (`/proc/<pid>/stat` of the server and its
 workers). Then the ratios to the floor and the targets of the hot-path issue.
 
-`python -m bench cycle`; TURNWISE_CYCLE_SECONDS (measured seconds per run, default 4),
-TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"), TURNWISE_CYCLE_ONLY (run only the runs
+The runs compared at one agent count serve side by side and take turns: TURNWISE_CYCLE_ROUNDS (2)
+windows each, so a drifting machine moves them alike. `python -m bench cycle`; TURNWISE_CYCLE_SECONDS
+(seconds per window, default 4), TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"),
+TURNWISE_CYCLE_ONLY (run only the runs
 whose label contains it, e.g. "sqlite"; no targets then), TURNWISE_CYCLE_PROFILE (a path prefix:
 py-spy records the server over each measured window). Results: bench/results/cycle.json.
 """
@@ -288,9 +290,106 @@ async def serving(kind: str, dialect: str, workers: int) -> AsyncIterator[Proces
                 await asyncio.to_thread(Path(f"{make_url(url).database}{suffix}").unlink, missing_ok=True)
 
 
-async def measure(
-    server: Process, dialect: str, agents: int, seconds: float, warmup: float
-) -> dict[str, Any]:
+@dataclass
+class Load:
+    """One server with its agents connected and warmed up, measured over one or more windows (the
+    runs compared with each other take turns, window by window)."""
+
+    server: Process
+    dialect: str
+    agents: int
+    queues: list[asyncio.Queue[Phase]]
+    tasks: list[asyncio.Task[None]]
+    responder: GraphQLTransport
+    windows: int = 0
+    elapsed: float = 0.0
+    cpu: float = 0.0
+    recorded: Phase = field(default_factory=Phase)
+    counted: dict[str, float] = field(default_factory=dict)
+    pg_stat_before: float = 0.0
+
+    async def run(self, phase: Phase) -> float:
+        began = time.monotonic()
+        for q in self.queues:
+            q.put_nowait(phase)
+        joined = asyncio.ensure_future(asyncio.gather(*(q.join() for q in self.queues)))
+        watched: list[asyncio.Future[Any]] = [joined, *self.tasks]
+        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+        if joined not in done:
+            joined.cancel()
+            for task in done:
+                task.result()  # an agent died: raise its error
+            raise RuntimeError("an agent stopped")
+        return time.monotonic() - began
+
+    async def window(self, seconds: float) -> None:
+        """One recorded window; its cycles, latencies, CPU and counters add to the load's."""
+        c0, cpu0 = await self.server.counters(), self.server.cpu_seconds()
+        profiler = start_profiler(self.server, self.agents, seconds, self.windows)
+        phase = Phase(stop_at=time.monotonic() + seconds, record=True)
+        self.elapsed += await self.run(phase)
+        if profiler is not None:
+            await asyncio.to_thread(profiler.wait)
+        self.cpu += self.server.cpu_seconds() - cpu0
+        c1 = await self.server.counters()
+        for name in c0.keys() & c1.keys():
+            self.counted[name] = self.counted.get(name, 0.0) + c1[name] - c0[name]
+        self.windows += 1
+        into = self.recorded
+        into.cycles += phase.cycles
+        into.errors += phase.errors
+        into.ask += phase.ask
+        into.answered += phase.answered
+
+    async def stop(self) -> None:
+        for q in self.queues:
+            q.put_nowait(Phase())
+        try:
+            await asyncio.gather(*self.tasks)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await self.responder.aclose()
+
+    async def result(self) -> dict[str, Any]:
+        phase, n = self.recorded, max(self.recorded.cycles, 1)
+        x1 = await pg_stat_after_quiet(self.server, self.dialect)
+
+        def per_cycle(name: str) -> float | None:
+            return round(self.counted[name] / n, 2) if name in self.counted else None
+
+        return {
+            "cycles": phase.cycles,
+            "windows": self.windows,
+            "cycles_per_s": round(phase.cycles / self.elapsed, 1) if self.elapsed else 0.0,
+            "ask_p50_ms": ms(pct(phase.ask, 50)) if phase.ask else None,
+            "ask_p99_ms": ms(pct(phase.ask, 99)) if phase.ask else None,
+            "answered_p50_ms": ms(pct(phase.answered, 50)) if phase.answered else None,
+            "answered_p99_ms": ms(pct(phase.answered, 99)) if phase.answered else None,
+            "transactions_per_cycle": per_cycle("turnwise_db_transactions_total"),
+            # Cross-check only: PostgreSQL flushes an idle backend's statistics up to 10 s late, and
+            # this spans the other runs' windows too (a Turnwise server's heartbeats meanwhile).
+            "pg_stat_transactions_per_cycle": (
+                round((x1 - self.pg_stat_before) / n, 2) if self.dialect == "postgresql" else None
+            ),
+            "statements_per_cycle": per_cycle("turnwise_db_statements_total"),
+            "of_which_pre_pings_per_cycle": per_cycle("pings"),
+            "cpu_ms_per_cycle": round(self.cpu * 1000 / n, 2),
+            "errors": len(phase.errors),
+            "error_samples": phase.errors[:3],
+        }
+
+
+async def pg_stat_after_quiet(server: Process, dialect: str) -> float:
+    await asyncio.sleep(1.2)  # PostgreSQL flushes backend statistics at most once a second
+    return float(await pg_transactions(server.database_url)) if dialect == "postgresql" else 0.0
+
+
+async def open_load(server: Process, dialect: str, agents: int, warmup: float) -> Load:
+    """Sessions and tokens made, every agent connected, and a warm-up window run (not recorded)."""
     if server.kind == "floor":
         sessions, user_token = [(f"session-{a}", "") for a in range(agents)], ""
     else:
@@ -301,77 +400,27 @@ async def measure(
         asyncio.create_task(agent(i, server, token or "", session_id, responder, q))
         for i, ((session_id, token), q) in enumerate(zip(sessions, queues, strict=True))
     ]
-
-    async def run(phase: Phase) -> float:
-        began = time.monotonic()
-        for q in queues:
-            q.put_nowait(phase)
-        joined = asyncio.ensure_future(asyncio.gather(*(q.join() for q in queues)))
-        watched: list[asyncio.Future[Any]] = [joined, *tasks]
-        done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
-        if joined not in done:
-            joined.cancel()
-            for task in done:
-                task.result()  # an agent died: raise its error
-            raise RuntimeError("an agent stopped")
-        return time.monotonic() - began
-
-    async def sample() -> tuple[float, float, dict[str, float]]:
-        await asyncio.sleep(1.2)  # PostgreSQL flushes backend statistics at most once a second
-        xacts = float(await pg_transactions(server.database_url)) if dialect == "postgresql" else 0.0
-        return xacts, server.cpu_seconds(), await server.counters()
-
+    load = Load(server, dialect, agents, queues, tasks, responder)
     try:
-        await run(Phase(stop_at=time.monotonic() + warmup))
-        x0, cpu0, c0 = await sample()
-        profiler = start_profiler(server, agents, seconds)
-        phase = Phase(stop_at=time.monotonic() + seconds, record=True)
-        elapsed = await run(phase)
-        if profiler is not None:
-            await asyncio.to_thread(profiler.wait)
-        x1, cpu1, c1 = await sample()
-        for q in queues:
-            q.put_nowait(Phase())
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await responder.aclose()
-    n = max(phase.cycles, 1)
-
-    def per_cycle(name: str) -> float | None:
-        if name not in c0 or name not in c1:
-            return None
-        return round((c1[name] - c0[name]) / n, 2)
-
-    xacts = per_cycle("turnwise_db_transactions_total")
-    return {
-        "cycles": phase.cycles,
-        "cycles_per_s": round(phase.cycles / elapsed, 1),
-        "ask_p50_ms": ms(pct(phase.ask, 50)) if phase.ask else None,
-        "ask_p99_ms": ms(pct(phase.ask, 99)) if phase.ask else None,
-        "answered_p50_ms": ms(pct(phase.answered, 50)) if phase.answered else None,
-        "answered_p99_ms": ms(pct(phase.answered, 99)) if phase.answered else None,
-        "transactions_per_cycle": xacts,
-        # Cross-check only: PostgreSQL flushes an idle backend's statistics up to 10 s late.
-        "pg_stat_transactions_per_cycle": round((x1 - x0) / n, 2) if dialect == "postgresql" else None,
-        "statements_per_cycle": per_cycle("turnwise_db_statements_total"),
-        "of_which_pre_pings_per_cycle": per_cycle("pings"),
-        "cpu_ms_per_cycle": round((cpu1 - cpu0) * 1000 / n, 2),
-        "errors": len(phase.errors),
-        "error_samples": phase.errors[:3],
-    }
+        await load.run(Phase(stop_at=time.monotonic() + warmup))
+        load.pg_stat_before = await pg_stat_after_quiet(server, dialect)
+    except BaseException:
+        await load.close()
+        raise
+    return load
 
 
-def start_profiler(server: Process, agents: int, seconds: float) -> subprocess.Popen[bytes] | None:
-    """With TURNWISE_CYCLE_PROFILE=<prefix>, py-spy records the server over the measured window
-    into <prefix>-<kind>-<dialect>-<agents>-w<workers>.txt (raw collapsed stacks)."""
+def start_profiler(
+    server: Process, agents: int, seconds: float, window: int
+) -> subprocess.Popen[bytes] | None:
+    """With TURNWISE_CYCLE_PROFILE=<prefix>, py-spy records the server over each measured window
+    into <prefix>-<kind>-<dialect>-<agents>-w<workers>-<window>.txt (raw collapsed stacks)."""
     prefix = os.environ.get("TURNWISE_CYCLE_PROFILE")
     if not prefix or server.proc is None:
         return None
     dialect = "sqlite" if server.database_url.startswith("sqlite") else "pg"
     workers = server.args[server.args.index("--workers") + 1] if "--workers" in server.args else "1"
-    out = f"{prefix}-{server.kind}-{dialect}-{agents}-w{workers}.txt"
+    out = f"{prefix}-{server.kind}-{dialect}-{agents}-w{workers}-{window}.txt"
     spy = Path(sys.executable).with_name("py-spy")
     return subprocess.Popen(
         [
@@ -380,7 +429,7 @@ def start_profiler(server: Process, agents: int, seconds: float) -> subprocess.P
             "-p",
             str(server.proc.pid),
             "-d",
-            str(int(seconds)),
+            str(max(1, round(seconds))),
             "-r",
             "250",
             "-f",
@@ -407,20 +456,33 @@ RUNS = (
 )
 
 
-async def run_all(seconds: float, warmup: float, agent_counts: list[int]) -> dict[str, Any]:
+async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds: int) -> dict[str, Any]:
     results: dict[str, dict[int, dict[str, Any]]] = {}
     only = os.environ.get("TURNWISE_CYCLE_ONLY", "")
-    # By agent count first: the runs compared with each other (the floor, Turnwise on PostgreSQL and
-    # on SQLite at the same agent count) are measured one right after the other, so a machine whose
-    # speed drifts over the minutes of a run (a shared 2-core VM does) moves them together.
+    # The runs compared with each other (the floor, Turnwise on PostgreSQL and on SQLite, at one agent
+    # count) run side by side and take turns, `rounds` windows of `seconds` each, so a machine whose
+    # speed drifts over the minutes of a run (a shared 2-core VM does) moves them all alike.
     for agents in agent_counts:
-        for label, kind, dialect, workers in RUNS:
-            if (only and only not in label) or (workers > 1 and agents != max(agent_counts)):
-                continue
-            async with serving(kind, dialect, workers) as server:
-                result = await measure(server, dialect, agents, seconds, warmup)
-            results.setdefault(label, {})[agents] = result
-            print(f"  {label:<28} {agents:>3} agents  {summary(result)}", flush=True)
+        selected = [
+            run
+            for run in RUNS
+            if not (only and only not in run[0]) and not (run[3] > 1 and agents != max(agent_counts))
+        ]
+        async with contextlib.AsyncExitStack() as stack:
+            loads: list[tuple[str, Load]] = []
+            for label, kind, dialect, workers in selected:
+                server = await stack.enter_async_context(serving(kind, dialect, workers))
+                load = await open_load(server, dialect, agents, warmup)
+                stack.push_async_callback(load.close)
+                loads.append((label, load))
+            for _ in range(rounds):
+                for _, load in loads:
+                    await load.window(seconds)
+            for label, load in loads:
+                await load.stop()
+                result = await load.result()
+                results.setdefault(label, {})[agents] = result
+                print(f"  {label:<28} {agents:>3} agents  {summary(result)}", flush=True)
     return {"runs": results, "targets": targets(results, agent_counts)}
 
 
@@ -493,8 +555,9 @@ def main() -> None:
     seconds = float(os.environ.get("TURNWISE_CYCLE_SECONDS", "4"))
     warmup = float(os.environ.get("TURNWISE_CYCLE_WARMUP", "1"))
     agent_counts = [int(a) for a in os.environ.get("TURNWISE_CYCLE_AGENTS", "1,50").split(",")]
+    rounds = int(os.environ.get("TURNWISE_CYCLE_ROUNDS", "2"))
     started = time.monotonic()
-    result = asyncio.run(run_all(seconds, warmup, agent_counts))
+    result = asyncio.run(run_all(seconds, warmup, agent_counts, rounds))
     print("\n  ratios and targets:")
     for c in result["targets"]:
         verdict = "reported" if c["met"] is None else ("MET" if c["met"] else "NOT MET")
