@@ -25,7 +25,7 @@ import contextlib
 import datetime as dt
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -48,24 +48,7 @@ def instance_channel(instance_id: str) -> str:
 
 
 def claim_to_json(claim: Claim) -> dict[str, Any]:
-    # Spelled out: `dataclasses.asdict` deep-copies recursively and cost more than the hand-off.
-    return {
-        "claim_id": claim.claim_id,
-        "pending_id": claim.pending_id,
-        "session_id": claim.session_id,
-        "task_id": claim.task_id,
-        "turn_id": claim.turn_id,
-        "message_ids": list(claim.message_ids),
-        "answers": [
-            {
-                "question_id": a.question_id,
-                "selected_option_ids": list(a.selected_option_ids),
-                "custom_text": a.custom_text,
-            }
-            for a in claim.answers
-        ],
-        "rejected": claim.rejected,
-    }
+    return asdict(claim)
 
 
 def claim_from_json(data: dict[str, Any]) -> Claim:
@@ -252,15 +235,16 @@ class WaiterHub:
                 timer.cancel()
 
     async def hand_off(self, instance_id: str, waiter_id: str, claim: Claim) -> None:
+        if instance_id == self.instance_id:
+            # The waiter lives here: the claim goes to it as it is, no message to encode and decode.
+            await self._receive_handoff(waiter_id, claim, self.instance_id)
+            return
         message = {
             "type": "handoff",
             "waiter_id": waiter_id,
             "reply_to": self.instance_id,
             "claim": claim_to_json(claim),
         }
-        if instance_id == self.instance_id:
-            await self._on_instance_message(message)
-            return
         if claim.claim_id in self._confirmations:
             # Armed before the publish: the receipt can arrive before the publish call returns.
             self._remote[claim.claim_id] = asyncio.get_running_loop().call_later(
@@ -324,18 +308,22 @@ class WaiterHub:
         except Exception:  # without a receipt the responder restores the claim
             log.warning("hand-off receipt not published", extra={"claim_id": claim_id}, exc_info=True)
 
+    async def _receive_handoff(self, waiter_id: str, claim: Claim, reply_to: Any) -> None:
+        waiter = self._waiters.get(waiter_id)
+        if waiter is None or waiter.finished or waiter.pending_id != claim.pending_id:
+            # Nobody here can confirm it: say so at once, so the responder restores the claim
+            # instead of waiting out its bound.
+            await self.confirm(reply_to, claim.claim_id, False)
+            return
+        waiter.queue.put_nowait(Notice(NoticeKind.HANDOFF, claim, reply_to))
+        await self._acknowledge(reply_to, claim.claim_id)
+
     async def _on_instance_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "handoff":
-            claim = claim_from_json(message["claim"])
-            waiter = self._waiters.get(str(message.get("waiter_id")))
-            if waiter is None or waiter.finished or waiter.pending_id != claim.pending_id:
-                # Nobody here can confirm it: say so at once, so the responder restores the claim
-                # instead of waiting out its bound.
-                await self.confirm(message.get("reply_to"), claim.claim_id, False)
-                return
-            waiter.queue.put_nowait(Notice(NoticeKind.HANDOFF, claim, message.get("reply_to")))
-            await self._acknowledge(message.get("reply_to"), claim.claim_id)
+            await self._receive_handoff(
+                str(message.get("waiter_id")), claim_from_json(message["claim"]), message.get("reply_to")
+            )
         elif kind == "received":
             claim_id = str(message.get("claim_id"))
             timer = self._remote.get(claim_id)
