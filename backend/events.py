@@ -24,7 +24,6 @@ import collections
 import contextlib
 import datetime as dt
 import hashlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -425,7 +424,7 @@ class EventBus:
     def _on_remote_gap(self, message: str) -> None:
         """Another process came back from a gap: what it published meanwhile never arrived here."""
         try:
-            data = json.loads(message)
+            data = jsoncodec.loads(message)
         except ValueError:
             return
         if not isinstance(data, dict) or data.get("from") == self._ping_channel:
@@ -555,7 +554,7 @@ class EventBus:
         connected; otherwise registered, and subscribed as soon as the bus is back. `after_gap`:
         a message this subscription receives each time the bus came back after a gap."""
         await faults.hit("bus.subscribe")  # lets a test prove that nothing subscribed
-        local = _Local(after_gap=None if after_gap is None else json.dumps(after_gap))
+        local = _Local(after_gap=None if after_gap is None else jsoncodec.dumps(after_gap))
         entry = self._channels.get(channel)
         if entry is None:
             entry = self._channels[channel] = _Channel(channel)
