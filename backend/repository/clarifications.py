@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, true, update
+from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
@@ -86,11 +86,8 @@ _FOUND_LOCKED = (
     .cte("found_locked")
     .prefix_with("MATERIALIZED")
 )
-# ... and then its task's summary row held (see `summaries.held_summary_of`).
-_HELD = summaries.held_summary_of(_FOUND_LOCKED.c.session_id)
-_LOCK_SESSION_OF_BUNDLE = Prepared(
-    select(_FOUND_LOCKED.c.session_id, *_HELD.c).select_from(_FOUND_LOCKED.outerjoin(_HELD, true()))
-)
+# ... and then its task's summary row held.
+_LOCK_SESSION_OF_BUNDLE = Prepared(summaries.then_hold_summary(_FOUND_LOCKED))
 
 
 def _bundle_facts(where: ColumnElement[bool]) -> Any:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, case, func, select, true, tuple_, update
+from sqlalchemy import bindparam, case, func, select, true, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.selectable import LateralFromClause
+from sqlalchemy.sql.selectable import CTE, Select
 
 from backend.db.engine import utcnow
 from backend.db.prepared import Prepared
@@ -76,34 +76,36 @@ _RECONCILE_ONE = Prepared(
 )
 
 
-def held_summary_of(session_id: ColumnElement[Any]) -> LateralFromClause:
-    """The summary row of a session's task, locked (FOR UPDATE), as a LATERAL subquery of the
-    statement that just took the session's advisory lock: evaluated for the lock's row, so after the
-    lock (session locks always before summary rows), and row locking returns the newest version."""
-    return (
+def then_hold_summary(locked: CTE) -> Select[Any]:
+    """`locked` (a materialized CTE that took a session's advisory lock, with its `session_id`), then
+    that session's task's summary row locked (FOR UPDATE) in a LATERAL subquery: evaluated for the
+    lock's row, so after the lock (session locks always before summary rows), and row locking returns
+    the newest version. Columns: `session_id` and the summary's (NULL when the task has none yet)."""
+    held = (
         select(S)
         .join(TS, TS.c.task_id == S.c.task_id)
-        .where(TS.c.id == session_id)
+        .where(TS.c.id == locked.c.session_id)
         .with_for_update(of=S)
         .lateral("held_summary")
     )
+    return select(locked.c.session_id, *held.c).select_from(locked.outerjoin(held, true()))
 
 
 _B_SESSION = bindparam("b_session", type_=TS.c.id.type)
-_SESSION_LOCK = (
-    select(_B_SESSION.label("session_id"), func.pg_advisory_xact_lock(lock_key(_B_SESSION)).label("locked"))
-    .cte("session_lock")
-    .prefix_with("MATERIALIZED")
-)
-_HELD = held_summary_of(_SESSION_LOCK.c.session_id)
 # PostgreSQL: a session's lock, then its task's summary row, in one statement.
 _LOCK_SESSION_HOLDING_SUMMARY = Prepared(
-    select(_SESSION_LOCK.c.session_id, *_HELD.c).select_from(_SESSION_LOCK.outerjoin(_HELD, true()))
+    then_hold_summary(
+        select(
+            _B_SESSION.label("session_id"), func.pg_advisory_xact_lock(lock_key(_B_SESSION)).label("locked")
+        )
+        .cte("session_lock")
+        .prefix_with("MATERIALIZED")
+    )
 )
 
 
 def held_record(row: Any) -> SummaryRecord | None:
-    """The summary columns of a row that outer-joined `held_summary_of` (None: the task has none)."""
+    """The summary of a row of `then_hold_summary` (None: the task has none)."""
     return None if row.task_id is None else _record(row)
 
 
