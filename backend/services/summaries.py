@@ -71,27 +71,22 @@ async def project_in_transaction(
     number of statements, whatever the count. `task_of` (session -> task, when the caller knows it
     for every session) spares the lookup; `held` (session -> its task's summary row, which the
     transaction has held since the statement that locked the session) spares the lock."""
-    fault_points = tuple(fault_points)
-    if held and all(s in held for s in session_ids) and FAULT_CAS_CONFLICT not in fault_points:
-        return await _reconcile_held([held[s] for s in session_ids], conn)
-    known = task_of or {}
-    if all(s in known for s in session_ids):
-        task_ids = sorted({known[s] for s in session_ids})
-    else:
-        task_ids = await tasks.task_ids_of_sessions(conn, session_ids)
-    if not task_ids:
-        return [], True
-    if len(task_ids) == 1 and FAULT_CAS_CONFLICT not in fault_points:
-        # One task: hold its summary row, then derive and write in one statement whose snapshot
-        # follows the lock.
-        try:
-            stored_one = await summaries.lock_summaries(conn, task_ids)
-        except CorruptData:
-            log.exception("summary projection failed", extra={"event": "summary.project_failed"})
-            return [], False
-        return await _reconcile_held([stored_one.get(task_ids[0])], conn)
+    cas_fault = FAULT_CAS_CONFLICT in tuple(fault_points)
     try:
+        if held and all(s in held for s in session_ids) and not cas_fault:
+            return await _reconcile_held(conn, [held[s] for s in session_ids])
+        known = task_of or {}
+        if all(s in known for s in session_ids):
+            task_ids = sorted({known[s] for s in session_ids})
+        else:
+            task_ids = await tasks.task_ids_of_sessions(conn, session_ids)
+        if not task_ids:
+            return [], True
         stored = await summaries.lock_summaries(conn, task_ids)
+        if len(task_ids) == 1 and not cas_fault:
+            # One task, its summary row now held: derive and write in one statement whose snapshot
+            # follows the lock.
+            return await _reconcile_held(conn, [stored.get(task_ids[0])])
         pairs = await pending.sessions_with_pending(conn, task_ids)
     except CorruptData:
         log.exception("summary projection failed", extra={"event": "summary.project_failed"})
@@ -104,7 +99,7 @@ async def project_in_transaction(
         derived = task_pending_action(by_task[task_id])
         if summary.pending_action != derived:
             changes[task_id] = (summary.revision, derived)
-    if FAULT_CAS_CONFLICT in fault_points and changes:
+    if cas_fault and changes:
         await summaries.bump_revisions(conn, list(changes))
     written = await summaries.compare_and_set(conn, changes)
     current = len(stored) == len(task_ids) and all(t in written for t in changes)
@@ -112,21 +107,17 @@ async def project_in_transaction(
 
 
 async def _reconcile_held(
-    held: Sequence[SummaryRecord | None], conn: AsyncConnection
+    conn: AsyncConnection, held: Sequence[SummaryRecord | None]
 ) -> tuple[list[SummaryRecord], bool]:
     """Reconcile summary rows this transaction holds, one statement per task. A task without a
     summary yet is left to readers and the live projector (not current)."""
     if any(h is None for h in held):
         return [], False
     written: list[SummaryRecord] = []
-    try:
-        for task_id in sorted({h.task_id for h in held if h is not None}):
-            record = await summaries.reconcile_held(conn, task_id)
-            if record is not None:
-                written.append(record)
-    except CorruptData:
-        log.exception("summary projection failed", extra={"event": "summary.project_failed"})
-        return [], False
+    for task_id in sorted({h.task_id for h in held if h is not None}):
+        record = await summaries.reconcile_held(conn, task_id)
+        if record is not None:
+            written.append(record)
     return written, True
 
 
