@@ -265,6 +265,7 @@ def limited_server() -> Iterator[Server]:
             "TURNWISE_MAX_QUERY_BYTES": "2000",
             "TURNWISE_MAX_QUERY_DEPTH": "4",
             "TURNWISE_ALLOWED_ORIGINS": "http://app.example",
+            "TURNWISE_WS_COMPRESSION": "1",
         },
     ).start()
     try:
@@ -285,6 +286,23 @@ async def test_oversized_and_too_deep_documents_are_refused(limited_server: Serv
             )
     finally:
         await admin.aclose()
+
+
+async def _negotiated_extensions(srv: Server) -> str | None:
+    """What the server accepts of a client that offers permessage-deflate (as browsers do)."""
+    url = srv.base_url.replace("http", "ws", 1) + "/graphql"
+    async with websockets.connect(
+        url, subprotocols=[websockets.Subprotocol("graphql-transport-ws")], compression="deflate"
+    ) as ws:
+        assert ws.response is not None
+        return ws.response.headers.get("Sec-WebSocket-Extensions")
+
+
+async def test_websocket_compression_is_off_by_default_and_on_when_configured(
+    server: Server, limited_server: Server
+) -> None:
+    assert await _negotiated_extensions(server) is None
+    assert "permessage-deflate" in (await _negotiated_extensions(limited_server) or "")
 
 
 async def ws_connect(srv: Server, origin: str | None) -> Connection:
