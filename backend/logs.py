@@ -42,6 +42,8 @@ def configure(level: int = logging.INFO) -> None:
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
+    # Nor where the call came from (the logging HOWTO, "Optimization"): no stack walk per record.
+    logging._srcfile = None
     handler = logging.StreamHandler()
     handler.setFormatter(FieldsFormatter(FORMAT))
     logging.basicConfig(level=level, handlers=[handler])

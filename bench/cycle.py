@@ -17,9 +17,9 @@ workers). Then the ratios to the floor and the targets of the hot-path issue.
 The runs compared at one agent count serve side by side and take turns: TURNWISE_CYCLE_ROUNDS (2)
 windows each, so a drifting machine moves them alike. `python -m bench cycle`; TURNWISE_CYCLE_SECONDS
 (seconds per window, default 4), TURNWISE_CYCLE_WARMUP (1), TURNWISE_CYCLE_AGENTS ("1,50"),
-TURNWISE_CYCLE_ONLY (run only the runs
-whose label contains it, e.g. "sqlite"; no targets then), TURNWISE_CYCLE_PROFILE (a path prefix:
-py-spy records the server over each measured window). Results: bench/results/cycle.json.
+TURNWISE_CYCLE_ONLY (comma-separated: a whole label runs that run, any other text the runs whose
+label contains it, e.g. "sqlite"; no targets then), TURNWISE_CYCLE_PROFILE (a path prefix: py-spy
+records the server over each measured window). Results: bench/results/cycle.json.
 """
 
 from __future__ import annotations
@@ -464,9 +464,7 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
     # speed drifts over the minutes of a run (a shared 2-core VM does) moves them all alike.
     for agents in agent_counts:
         selected = [
-            run
-            for run in RUNS
-            if not (only and only not in run[0]) and not (run[3] > 1 and agents != max(agent_counts))
+            run for run in RUNS if chosen(run[0], only) and not (run[3] > 1 and agents != max(agent_counts))
         ]
         async with contextlib.AsyncExitStack() as stack:
             loads: list[tuple[str, Load]] = []
@@ -484,6 +482,15 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
                 results.setdefault(label, {})[agents] = result
                 print(f"  {label:<28} {agents:>3} agents  {summary(result)}", flush=True)
     return {"runs": results, "targets": targets(results, agent_counts)}
+
+
+def chosen(label: str, only: str) -> bool:
+    """TURNWISE_CYCLE_ONLY: comma-separated; an entry that is a whole label picks that run alone,
+    any other entry every run whose label contains it."""
+    if not only:
+        return True
+    labels = {run[0] for run in RUNS}
+    return any(label == entry if entry in labels else entry in label for entry in only.split(","))
 
 
 def summary(r: dict[str, Any]) -> str:

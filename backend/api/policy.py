@@ -9,9 +9,10 @@ operation as an ask's storage work. This one extension does the same, in the sam
   size) are set; after the operation, errors are given their code or masked (`ErrorPolicy`);
 - **parse**: documents come from a bounded cache (128 texts); a text that does not parse is left to
   Strawberry's own parse step, which reports the syntax error as a pre-execution error with its code;
-- **validate**: validation results come from a bounded cache keyed by schema, document and rules;
-  then text no store can keep (`hygiene`) replaces them with its own errors, so the operation
-  executes nothing;
+- **validate**: validation results come from a bounded cache keyed by schema, document text and
+  rules (128 entries; the text, not the parsed document, whose hash walks its whole tree); then text
+  no store can keep (`hygiene`) replaces them with its own errors, so the operation executes
+  nothing;
 - **execute**: the latency of a query or mutation, for `/metrics`.
 """
 
@@ -20,10 +21,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from graphql import GraphQLError, ValidationRule
+from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, ValidationRule
 from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
 from strawberry.extensions.query_depth_limiter import create_validator
-from strawberry.extensions.validation_cache import _get_validate_cache
+from strawberry.schema.schema import validate_document
 
 from backend.api.errors import ErrorPolicy
 from backend.api.hygiene import text_problems
@@ -31,7 +32,38 @@ from backend.api.limits import max_query_bytes
 from backend.api.observe import record_operation
 
 _parse = _get_parse_cache(DEFAULT_MAXSIZE)
-_validate = _get_validate_cache(DEFAULT_MAXSIZE)
+
+
+Rules = tuple[type[ASTValidationRule], ...]
+
+
+class _Validations:
+    """Validation results by (schema, document text, rules), the oldest evicted first. A text always
+    parses to the same document (the parser's options are fixed per schema), so the text stands for
+    it; the schema is held by the key itself, so its identity cannot be reused while cached."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._found: dict[tuple[GraphQLSchema, str, Rules], list[GraphQLError]] = {}
+
+    def __call__(
+        self,
+        schema: GraphQLSchema,
+        query: str,
+        document: DocumentNode,
+        rules: tuple[type[ASTValidationRule], ...],
+    ) -> list[GraphQLError]:
+        key = (schema, query, rules)
+        found = self._found.get(key)
+        if found is None:
+            found = validate_document(schema, document, rules)
+            if len(self._found) >= self.maxsize:
+                del self._found[next(iter(self._found))]
+            self._found[key] = found
+        return found
+
+
+_validate = _Validations(DEFAULT_MAXSIZE)
 
 
 class OperationPolicy(ErrorPolicy):
@@ -57,7 +89,11 @@ class OperationPolicy(ErrorPolicy):
 
     def on_validate(self) -> Iterator[None]:
         ctx = self.execution_context
-        ctx.pre_execution_errors = _validate(ctx.schema._schema, ctx.graphql_document, ctx.validation_rules)
+        document = ctx.graphql_document
+        if document is not None and ctx.query:
+            ctx.pre_execution_errors = _validate(
+                ctx.schema._schema, ctx.query, document, ctx.validation_rules
+            )
         problems = text_problems(ctx)
         if problems:
             # Set before Strawberry's own validation step: the operation ends with these errors.

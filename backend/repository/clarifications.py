@@ -28,7 +28,7 @@ from backend.domain.lifecycle import (
     BundleRow,
     QuestionSpec,
 )
-from backend.domain.records import MessageRecord, SessionRecord, SummaryRecord
+from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
 from backend.repository import rows, summaries, tasks
 from backend.repository.authority import (
@@ -181,19 +181,17 @@ async def session_of_bundle(conn: AsyncConnection, pending_id: str) -> str | Non
     return None if row is None else str(row.session_id)
 
 
-async def lock_session_of_bundle(
-    conn: AsyncConnection, pending_id: str
-) -> tuple[str | None, bool, SummaryRecord | None]:
+async def lock_session_of_bundle(conn: AsyncConnection, pending_id: str) -> tuple[str | None, bool]:
     """`session_of_bundle`, and on PostgreSQL its session's lock taken in the same statement, then
-    its task's summary row held: (the session, whether it is now locked, the held summary, None when
-    not held or the task has none). A bundle's session never changes, so what the caller reads next
-    (a new snapshot, after the lock) is as fresh as after a separate lock."""
+    its task's summary row held (if it has one): (the session, whether it is now locked and its
+    summary held). A bundle's session never changes, so what the caller reads next (a new snapshot,
+    after the lock) is as fresh as after a separate lock."""
     if conn.dialect.name != "postgresql":
-        return await session_of_bundle(conn, pending_id), False, None
+        return await session_of_bundle(conn, pending_id), False
     row = await _LOCK_SESSION_OF_BUNDLE.first(conn, {"b_pending_id": pending_id})
     if row is None:
-        return None, False, None
-    return str(row.session_id), True, summaries.held_record(row)
+        return None, False
+    return str(row.session_id), True
 
 
 async def bundle_facts(

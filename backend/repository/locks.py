@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, String, bindparam, func, literal, select, 
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.db.prepared import Prepared
+from backend.db.prepared import Prepared, begin_with
 
 _PREFIX = "turnwise-session:"
 
@@ -45,5 +45,10 @@ async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> No
     ids = sorted(set(session_ids))
     if len(ids) > 1:
         await conn.execute(_LOCK_MANY, {"ids": ids})
-    elif ids:
+    elif ids and not await begin_with(conn, lock_one(ids[0])):
         await _LOCK_ONE.rows(conn, {"session_id": ids[0]})
+
+
+def lock_one(session_id: str) -> tuple[Prepared, dict[str, Any]]:
+    """One session's lock, as a statement for `prepared.begin_with` (PostgreSQL)."""
+    return _LOCK_ONE, {"session_id": session_id}

@@ -5,20 +5,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, select, true, tuple_, update
+from sqlalchemy import bindparam, case, func, literal, select, true, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE, Select
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared
+from backend.db.prepared import Prepared, begin_with
 from backend.db.tables import task_sessions as TS
 from backend.db.tables import task_status_summaries as S
 from backend.domain.errors import CorruptData
 from backend.domain.pending import TASK_RANK
 from backend.domain.records import SummaryRecord
 from backend.domain.states import TASK_PENDING_SESSION_STATES
-from backend.repository.locks import lock_key
+from backend.repository.locks import lock_key, lock_one
 from backend.repository.pending import projected_sessions
 from backend.repository.rows import metadata_of
 
@@ -64,7 +64,7 @@ _DERIVED = _derived_pending_action()
 # Derive and write in one statement. Only for a caller that already holds the summary row (locked
 # on PostgreSQL, the writer lock on SQLite) from an earlier statement of its transaction: this
 # statement's snapshot then sees every change committed before it, and nobody can move the row.
-_RECONCILE_ONE = Prepared(
+_RECONCILE_STATEMENT = (
     update(S)
     .where(S.c.task_id == _B_TASK, S.c.pending_action.is_distinct_from(_DERIVED))
     .values(
@@ -73,6 +73,18 @@ _RECONCILE_ONE = Prepared(
         updated_at=bindparam("b_now", type_=S.c.updated_at.type),
     )
     .returning(*S.c)
+)
+_RECONCILE_ONE = Prepared(_RECONCILE_STATEMENT)
+
+
+# ... and whether the task has a summary at all, in the same statement (PostgreSQL: the UPDATE runs
+# as a CTE, the presence is read in the statement's snapshot, before it).
+_RECONCILED = _RECONCILE_STATEMENT.cte("reconciled")
+_RECONCILE_PRESENT = Prepared(
+    select(
+        select(func.count()).select_from(S).where(S.c.task_id == _B_TASK).scalar_subquery().label("present"),
+        *_RECONCILED.c,
+    ).select_from(select(literal(1).label("one")).subquery("one").outerjoin(_RECONCILED, true()))
 )
 
 
@@ -104,16 +116,22 @@ _LOCK_SESSION_HOLDING_SUMMARY = Prepared(
 )
 
 
-def held_record(row: Any) -> SummaryRecord | None:
-    """The summary of a row of `then_hold_summary` (None: the task has none)."""
-    return None if row.task_id is None else _record(row)
+# The same in two statements, for `prepared.begin_with`: the task's summary row held, after the lock.
+_HOLD_SUMMARY_OF_SESSION = Prepared(
+    select(S.c.task_id)
+    .join(TS, TS.c.task_id == S.c.task_id)
+    .where(TS.c.id == _B_SESSION)
+    .with_for_update(of=S)
+)
 
 
-async def lock_session_holding_summary(conn: AsyncConnection, session_id: str) -> SummaryRecord | None:
-    """PostgreSQL: take the session's lock and then hold its task's summary row until the transaction
-    ends (None when the task has no summary yet). One statement."""
-    rows = await _LOCK_SESSION_HOLDING_SUMMARY.rows(conn, {"b_session": session_id})
-    return held_record(rows[0])
+async def lock_session_holding_summary(conn: AsyncConnection, session_id: str) -> None:
+    """PostgreSQL: take the session's lock and then hold its task's summary row (if it has one) until
+    the transaction ends. As the transaction's first statements, in BEGIN's own message; else one
+    statement."""
+    params = {"b_session": session_id}
+    if not await begin_with(conn, lock_one(session_id), (_HOLD_SUMMARY_OF_SESSION, params)):
+        await _LOCK_SESSION_HOLDING_SUMMARY.rows(conn, params)
 
 
 def _record(row: Any) -> SummaryRecord:
@@ -203,6 +221,13 @@ async def reconcile_held(conn: AsyncConnection, task_id: str) -> SummaryRecord |
     was. One statement."""
     rows = await _RECONCILE_ONE.rows(conn, {"b_task": task_id, "b_now": utcnow()})
     return _record(rows[0]) if rows else None
+
+
+async def reconcile_held_if_present(conn: AsyncConnection, task_id: str) -> tuple[SummaryRecord | None, bool]:
+    """PostgreSQL: `reconcile_held` for a summary row held without having been read: (the written
+    summary or None, whether the task has a summary at all). One statement."""
+    row = (await _RECONCILE_PRESENT.rows(conn, {"b_task": task_id, "b_now": utcnow()}))[0]
+    return (None if row.task_id is None else _record(row)), bool(row.present)
 
 
 async def bump_revisions(conn: AsyncConnection, task_ids: Sequence[str]) -> None:

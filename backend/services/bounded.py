@@ -17,17 +17,31 @@ async def bounded(background: set[asyncio.Task[Any]], work: Awaitable[T], second
     loop = asyncio.get_running_loop()
     task: asyncio.Task[T] = asyncio.ensure_future(work)
     background.add(task)
-    deadline = loop.call_later(seconds, task.cancel)
+    # What the caller awaits: settled when the work ends or at the deadline, whichever comes first.
+    # Cancelling the caller cancels only this, never the work (as `asyncio.shield` would).
+    outcome: asyncio.Future[None] = loop.create_future()
+
+    def expire() -> None:
+        task.cancel()
+        if not outcome.done():
+            outcome.set_exception(TimeoutError(f"not done within {seconds} s"))
+
+    deadline = loop.call_later(seconds, expire)
 
     def finished(done: asyncio.Task[T]) -> None:
         background.discard(done)
         deadline.cancel()
+        if not outcome.done():
+            outcome.set_result(None)
+        elif not done.cancelled():
+            done.exception()  # nobody waits for it any more: its failure is not left "never retrieved"
 
     task.add_done_callback(finished)
     current = asyncio.current_task()
+    await outcome
     try:
-        return await asyncio.wait_for(asyncio.shield(task), seconds)
+        return task.result()
     except asyncio.CancelledError:
-        if task.cancelled() and (current is None or not current.cancelling()):
+        if current is None or not current.cancelling():
             raise TimeoutError(f"not done within {seconds} s") from None
         raise

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
 from backend.db.engine import STORAGE_ERRORS
-from backend.domain.errors import CorruptData, InvalidInput, InvalidState, NotFound, present
+from backend.domain.errors import BrokenInvariant, CorruptData, InvalidInput, InvalidState, NotFound, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
     CLAIM_KEY,
@@ -93,8 +93,19 @@ class Clarifications:
     # boundary, before the answer is returned to the agent, so the agent cannot act before it is armed.
     primary_answer_notifier: Callable[[Claim], None] | None = None
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # pending id -> session, for bundles this process asked or answered: a bundle never changes
+    # session, so a respond to one of them locks its session without first looking it up.
+    _session_of: dict[str, str] = field(default_factory=dict)
+    session_memory: int = 10_000
 
     # --- helpers --------------------------------------------------------------------------------
+
+    def _remember_session(self, pending_id: str, session_id: str) -> None:
+        memory = self._session_of
+        if pending_id not in memory:
+            if len(memory) >= self.session_memory:
+                del memory[next(iter(memory))]  # the oldest first
+            memory[pending_id] = session_id
 
     async def _bounded(self, work: Awaitable[T], seconds: float | None = None) -> T:
         """Run `work` in its own task with a deadline; a cancelled caller does not cancel it."""
@@ -268,6 +279,7 @@ class Clarifications:
             if bundle is None:
                 bundle = await self._load(conn, pending_id)
         bundle = present(bundle, f"bundle {pending_id} just written")
+        self._remember_session(pending_id, session_id)
         log.info(
             "clarification asked" if reused is None else "clarification re-attached",
             extra={
@@ -429,19 +441,26 @@ class Clarifications:
         rejected: bool,
         authorize: Authorize,
     ) -> RespondOutcome:
-        async with uow(self.deps, hold=True) as w:
+        known = self._session_of.get(pending_id)
+        async with uow(self.deps, [known] if known else [], hold=True, hold_summary=known is not None) as w:
             conn = w.conn
-            session_id, locked, held = await repo.lock_session_of_bundle(conn, pending_id)
-            if session_id is None:
-                raise NotFound("clarification", pending_id)
-            if locked:
-                w.locked_by_read(session_id)
-                w.summary_held(session_id, held)
+            if known is not None:
+                session_id: str | None = known
             else:
-                await w.lock([session_id])
+                session_id, locked = await repo.lock_session_of_bundle(conn, pending_id)
+                if session_id is None:
+                    raise NotFound("clarification", pending_id)
+                if locked:
+                    w.locked_by_read(session_id)
+                    w.summary_held(session_id)
+                else:
+                    await w.lock([session_id])
             bundle = await self._load(conn, pending_id)
             if bundle is None:
                 raise NotFound("clarification", pending_id)
+            if bundle.session_id != session_id:
+                raise BrokenInvariant(f"bundle {pending_id} moved from session {session_id}")
+            self._remember_session(pending_id, bundle.session_id)
             authorize(bundle.task_id, bundle.session_id)
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:

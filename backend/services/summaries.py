@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -61,7 +61,7 @@ async def project_in_transaction(
     session_ids: Sequence[str],
     *,
     task_of: dict[str, str] | None = None,
-    held: Mapping[str, SummaryRecord | None] | None = None,
+    held: Collection[str] = (),
     fault_points: Iterable[str] = (),
 ) -> tuple[list[SummaryRecord], bool]:
     """Reconcile the existing summaries of these sessions' tasks inside the writer's transaction (a
@@ -69,12 +69,10 @@ async def project_in_transaction(
     written and whether every one of those tasks is now provably current (False: a summary not yet
     created, a race or a failure, left to the live projector and readers as before). A constant
     number of statements, whatever the count. `task_of` (session -> task, when the caller knows it
-    for every session) spares the lookup; `held` (session -> its task's summary row, which the
-    transaction has held since the statement that locked the session) spares the lock."""
+    for every session) spares the lookup; `held` (sessions whose task's summary row the transaction
+    has held since it locked them, PostgreSQL) spares the lock."""
     cas_fault = FAULT_CAS_CONFLICT in tuple(fault_points)
     try:
-        if held and all(s in held for s in session_ids) and not cas_fault:
-            return await _reconcile_held(conn, [held[s] for s in session_ids])
         known = task_of or {}
         if all(s in known for s in session_ids):
             task_ids = sorted({known[s] for s in session_ids})
@@ -82,11 +80,16 @@ async def project_in_transaction(
             task_ids = await tasks.task_ids_of_sessions(conn, session_ids)
         if not task_ids:
             return [], True
+        if held and all(s in held for s in session_ids) and not cas_fault:
+            return await _reconcile_held(conn, task_ids)
         stored = await summaries.lock_summaries(conn, task_ids)
         if len(task_ids) == 1 and not cas_fault:
             # One task, its summary row now held: derive and write in one statement whose snapshot
             # follows the lock.
-            return await _reconcile_held(conn, [stored.get(task_ids[0])])
+            if task_ids[0] not in stored:
+                return [], False
+            record = await summaries.reconcile_held(conn, task_ids[0])
+            return ([] if record is None else [record]), True
         pairs = await pending.sessions_with_pending(conn, task_ids)
     except CorruptData:
         log.exception("summary projection failed", extra={"event": "summary.project_failed"})
@@ -106,19 +109,18 @@ async def project_in_transaction(
     return list(written.values()), current
 
 
-async def _reconcile_held(
-    conn: AsyncConnection, held: Sequence[SummaryRecord | None]
-) -> tuple[list[SummaryRecord], bool]:
-    """Reconcile summary rows this transaction holds, one statement per task. A task without a
-    summary yet is left to readers and the live projector (not current)."""
-    if any(h is None for h in held):
-        return [], False
+async def _reconcile_held(conn: AsyncConnection, task_ids: Sequence[str]) -> tuple[list[SummaryRecord], bool]:
+    """Reconcile summary rows this transaction holds without having read them (PostgreSQL), one
+    statement per task. A task without a summary yet is left to readers and the live projector (not
+    current)."""
     written: list[SummaryRecord] = []
-    for task_id in sorted({h.task_id for h in held if h is not None}):
-        record = await summaries.reconcile_held(conn, task_id)
+    current = True
+    for task_id in task_ids:
+        record, present = await summaries.reconcile_held_if_present(conn, task_id)
         if record is not None:
             written.append(record)
-    return written, True
+        current = current and present
+    return written, current
 
 
 @dataclass

@@ -62,10 +62,10 @@ class Work:
     # tasks' summaries need no reconciliation for it.
     neutral: set[str] = field(default_factory=set)
     events: list[Event] = field(default_factory=list)
-    # Sessions whose task's summary row this unit holds since the statement that locked the session
-    # (PostgreSQL): session -> the held summary (None: the task has none yet). Session locks always
-    # come before summary rows, so no session lock may follow.
-    held: dict[str, SummaryRecord | None] = field(default_factory=dict)
+    # Sessions whose task's summary row (if the task has one) this unit holds since it locked the
+    # session (PostgreSQL). Session locks always come before summary rows, so no session lock may
+    # follow.
+    held: set[str] = field(default_factory=set)
     # Filled at commit: the task summaries this unit wrote, and whether every touched task's summary
     # is provably current (then its events tell the live projector so).
     summaries: list[SummaryRecord] = field(default_factory=list)
@@ -84,10 +84,10 @@ class Work:
         """A read under this transaction already took this session's lock (in the same statement)."""
         self.locked.add(session_id)
 
-    def summary_held(self, session_id: str, summary: SummaryRecord | None) -> None:
-        """The statement that locked this session also holds its task's summary row until the
-        commit (`summary`; None when the task has none yet)."""
-        self.held[session_id] = summary
+    def summary_held(self, session_id: str) -> None:
+        """Since locking this session, the unit holds its task's summary row (if it has one) until
+        the commit."""
+        self.held.add(session_id)
 
     def touch(self, *session_ids: str, task_id: str | None = None, pending_action_kept: bool = False) -> None:
         """These sessions' projections may have changed: bump their sequence at commit (`task_id`:
@@ -142,9 +142,9 @@ async def uow(
         work = Work(conn)
         wanted = list(session_ids)
         if hold_summary and len(wanted) == 1 and conn.dialect.name == "postgresql":
-            held = await summaries.lock_session_holding_summary(conn, wanted[0])
+            await summaries.lock_session_holding_summary(conn, wanted[0])
             work.locked_by_read(wanted[0])
-            work.summary_held(wanted[0], held)
+            work.summary_held(wanted[0])
         else:
             await work.lock(wanted)
         yield work

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, select, text, update
+from sqlalchemy import Integer, bindparam, literal_column, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import Database, utcnow
-from backend.db.prepared import Prepared
+from backend.db.prepared import Prepared, begin_with
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.db.tables import task_status_summaries as Summaries
@@ -237,10 +237,23 @@ async def test_every_way_of_locking_a_session_takes_the_same_lock(pg_url: str) -
             await locks.lock_sessions(conn, [session_id, "another-session"])
 
         async def lock_through_the_bundle(conn: AsyncConnection) -> None:
-            found, locked, _ = await clarifications.lock_session_of_bundle(conn, pending_id)
+            found, locked = await clarifications.lock_session_of_bundle(conn, pending_id)
             assert (found, locked) == (session_id, True)
 
-        ways = (lock_alone, lock_among_others, lock_through_the_bundle)
+        async def lock_holding_the_summary(conn: AsyncConnection) -> None:
+            await summaries.lock_session_holding_summary(conn, session_id)
+
+        async def lock_after_another_statement(conn: AsyncConnection) -> None:
+            await conn.execute(text("SELECT 1"))  # the transaction has begun: no BEGIN message
+            await locks.lock_sessions(conn, [session_id])
+
+        ways = (
+            lock_alone,
+            lock_among_others,
+            lock_through_the_bundle,
+            lock_holding_the_summary,
+            lock_after_another_statement,
+        )
         for holding in ways:
             for waiting in ways:
                 async with db.write() as held:
@@ -252,5 +265,84 @@ async def test_every_way_of_locking_a_session_takes_the_same_lock(pg_url: str) -
 
                     with pytest.raises(TimeoutError):
                         await asyncio.wait_for(contend(), 0.5)
+    finally:
+        await db.dispose()
+
+
+# --- begin_with: the first statements of a transaction in BEGIN's own message ------------------
+
+_DIVIDE = Prepared(select((literal_column("1") / bindparam("by", type_=Integer)).label("q")))
+
+
+async def test_begin_with_sends_the_lock_with_begin_and_the_transaction_behaves_as_usual(pg_url: str) -> None:
+    db = Database(pg_url, pool_size=1)
+    try:
+        async with db.write() as conn:
+            _, session_id, _ = await seed_session(conn)
+        before = db.statements
+        async with db.write() as conn:
+            assert await begin_with(conn, locks.lock_one(session_id))
+            assert db.statements == before + 1  # BEGIN and the lock: one message, one statement
+            # The lock is held, in a transaction SQLAlchemy and asyncpg both know about.
+            held = await conn.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+            )
+            assert held.scalar_one() == 1
+            await tasks.set_session_state(conn, session_id, "RUNNING")
+            assert not await begin_with(conn, locks.lock_one(session_id))  # begun: nothing sent
+        async with db.read() as conn:
+            state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
+            assert state == "RUNNING"  # committed
+
+        async def fail_after_writing() -> None:
+            async with db.write() as conn:
+                assert await begin_with(conn, locks.lock_one(session_id))
+                await tasks.set_session_state(conn, session_id, "FAILED")
+                raise RuntimeError("roll back")
+
+        with pytest.raises(RuntimeError):
+            await fail_after_writing()
+        async with db.read() as conn:
+            state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
+            assert state == "RUNNING"  # rolled back, lock released
+            free = await conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+            assert free.scalar_one() == 0
+    finally:
+        await db.dispose()
+
+
+async def test_begin_with_a_failing_statement_raises_sqlalchemys_error_and_rolls_back(pg_url: str) -> None:
+    db = Database(pg_url, pool_size=1)
+    try:
+        with pytest.raises(DBAPIError, match="division by zero"):
+            async with db.write() as conn:
+                await begin_with(conn, locks.lock_one("s"), (_DIVIDE, {"by": 0}))
+        async with db.write() as conn:  # the same connection, usable, in a new transaction
+            assert await begin_with(conn, locks.lock_one("s"), (_DIVIDE, {"by": 1}))
+            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("value", ["it's", "a b", "x" * 201, "é", 1.5, True, None])
+async def test_begin_with_writes_no_value_it_cannot_write_safely(pg_url: str, value: Any) -> None:
+    db = Database(pg_url, pool_size=1)
+    try:
+        async with db.write() as conn:
+            assert not await begin_with(conn, (_DIVIDE, {"by": value}))
+            # Nothing was sent: the transaction has not begun.
+            assert conn.sync_connection is not None
+            assert conn.sync_connection.connection.dbapi_connection._transaction is None  # type: ignore[union-attr]
+        async with db.write() as conn:  # and an unsafe id still locks, with bind parameters
+            await locks.lock_sessions(conn, ["it's"])
+    finally:
+        await db.dispose()
+
+
+async def test_begin_with_sends_nothing_on_sqlite(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    try:
+        async with db.write() as conn:
+            assert not await begin_with(conn, locks.lock_one("s"))
     finally:
         await db.dispose()
