@@ -536,7 +536,7 @@ class EventBus:
             raise BusUnavailable(f"the event bus is {self.state.value}")
         try:
             async with asyncio.timeout(self.publish_seconds):
-                if many is not None and len(encoded) > 1:
+                if many is not None:
                     await many(encoded)
                 else:
                     for channel, message in encoded:

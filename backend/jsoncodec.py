@@ -5,8 +5,7 @@ The text it writes is compact and UTF-8 (no `\\uXXXX` escapes); readers parse it
 orjson refuses a value the standard library takes (an integer beyond 64 bits, a lone surrogate),
 `dumps` falls back to the standard library, so nothing that encoded before fails now; `loads` falls
 back likewise for what orjson refuses to read (NaN, Infinity). Nothing hashed or compared as text
-uses it: those keep their own fixed encoding (`domain.lifecycle.bundle_signature`,
-`db.sqlfuncs.json_patch`).
+uses it: that keeps its own fixed encoding (`domain.lifecycle.bundle_signature`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from broadcaster._backends.redis import RedisBackend
 from redis import asyncio as redis
@@ -27,22 +28,40 @@ class RedisBus(RedisBackend):
         pool = redis.BlockingConnectionPool.from_url(url, max_connections=POOL_CONNECTIONS, timeout=None)
         self._conn = redis.Redis(connection_pool=pool)
         self._pubsub = self._conn.pubsub()
+        # The connection publishes go through (see `publish_many`), taken from the pool on connect.
+        self._kept: Any = None
+        self._kept_busy = False
+
+    async def connect(self) -> None:
+        await super().connect()
+        self._kept = await self._conn.connection_pool.get_connection()  # type: ignore[no-untyped-call]
 
     async def publish_many(self, messages: list[tuple[str, str]]) -> None:
-        """Several publishes in one round trip on one pooled connection: sent together, then their
-        replies read in order. A connection left in an unknown state (an error, a timeout) is
-        dropped, never handed to the next publisher."""
+        """Publishes in one round trip on one connection: sent together, then their replies read in
+        order. The bus's one sender publishes through a connection it keeps (a pool checkout costs a
+        health-check read per call); a concurrent caller borrows one from the pool. A connection
+        left in an unknown state (an error, a timeout) is dropped, never used again."""
         pool = self._conn.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        kept = self._kept is not None and not self._kept_busy
+        if kept:
+            conn = self._kept
+            self._kept_busy = True
+        else:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             await conn.send_packed_command(conn.pack_commands([("PUBLISH", c, m) for c, m in messages]))
             for _ in messages:
                 await conn.read_response()
         except BaseException:
             await conn.disconnect(nowait=True)
+            if kept:
+                self._kept = None
             raise
         finally:
-            await pool.release(conn)
+            if kept:
+                self._kept_busy = False
+            else:
+                await pool.release(conn)
 
     async def subscribe(self, channel: str) -> None:
         await self._pubsub.subscribe(channel)
@@ -51,6 +70,10 @@ class RedisBus(RedisBackend):
     async def disconnect(self) -> None:
         if self._listener is not None:
             self._listener.cancel()
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            with contextlib.suppress(Exception):
+                await kept.disconnect(nowait=True)
         for closing in (self._pubsub.aclose, self._conn.aclose):
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(1.0):

@@ -3,9 +3,10 @@
 Strawberry runs every hook of every extension as a context manager, on every operation (and its
 extensions are made anew for each one). Eight small extensions (error policy, token limit, two rule
 sets, document and validation caches, text hygiene, operation metrics) cost about as much CPU per
-operation as an ask's storage work. This one extension does the same, in the same order:
+operation as an ask's storage work. This one extension does the same, in the same order, and all
+of it in its one `on_operation` hook (each hook costs a context manager of its own per operation):
 
-- **operation**: the parser's token limit and the extra validation rules (query depth, document
+- **limits**: the parser's token limit and the extra validation rules (query depth, document
   size) are set; after the operation, errors are given their code or masked (`ErrorPolicy`);
 - **parse**: documents come from a bounded cache (128 texts); a text that does not parse is left to
   Strawberry's own parse step, which reports the syntax error as a pre-execution error with its code;
@@ -13,11 +14,12 @@ operation as an ask's storage work. This one extension does the same, in the sam
   rules (128 entries; the text, not the parsed document, whose hash walks its whole tree); then text
   no store can keep (`hygiene`) replaces them with its own errors, so the operation executes
   nothing;
-- **execute**: the latency of a query or mutation, for `/metrics`.
+- **latency**: of a query or mutation that executed, for `/metrics`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 
@@ -73,37 +75,29 @@ class OperationPolicy(ErrorPolicy):
     rules: tuple[type[ValidationRule], ...]
 
     def on_operation(self) -> Iterator[None]:
+        # Everything runs in this one hook: Strawberry wraps every hook of an extension in a context
+        # manager of its own, made anew for each operation, which cost more than the work inside.
         ctx = self.execution_context
-        ctx.parse_options["max_tokens"] = self.max_tokens
-        ctx.validation_rules = ctx.validation_rules + self.rules
-        yield from super().on_operation()
-
-    def on_parse(self) -> Iterator[None]:
-        ctx = self.execution_context
-        if ctx.query:
-            try:
-                ctx.graphql_document = _parse(ctx.query, **ctx.parse_options)
-            except GraphQLError:
-                ctx.graphql_document = None
-        yield
-
-    def on_validate(self) -> Iterator[None]:
-        ctx = self.execution_context
-        document = ctx.graphql_document
-        if document is not None and ctx.query:
-            ctx.pre_execution_errors = _validate(
-                ctx.schema._schema, ctx.query, document, ctx.validation_rules
-            )
-        problems = text_problems(ctx)
-        if problems:
-            # Set before Strawberry's own validation step: the operation ends with these errors.
-            ctx.pre_execution_errors = problems
-        yield
-
-    def on_execute(self) -> Iterator[None]:
         started = time.perf_counter()
-        yield
-        record_operation(self.execution_context, time.perf_counter() - started)
+        ctx.parse_options["max_tokens"] = self.max_tokens
+        ctx.validation_rules = rules = ctx.validation_rules + self.rules
+        query = ctx.query
+        if query and ctx.graphql_document is None:
+            # Parsed here (cached), so Strawberry's parse step finds the document; a text that does
+            # not parse is left to that step, which reports the syntax error.
+            with contextlib.suppress(GraphQLError):
+                ctx.graphql_document = _parse(query, **ctx.parse_options)
+        document = ctx.graphql_document
+        if document is not None and query:
+            # Validated here (cached): Strawberry's validation step then keeps these results. It
+            # checks the operation type first, which a validation result does not change.
+            ctx.pre_execution_errors = _validate(ctx.schema._schema, query, document, rules)
+            problems = text_problems(ctx)
+            if problems:
+                ctx.pre_execution_errors = problems  # the operation ends with these, executing nothing
+        yield from super().on_operation()
+        if document is not None and not ctx.pre_execution_errors:
+            record_operation(ctx, time.perf_counter() - started)
 
 
 def operation_policy(*, max_depth: int, max_tokens: int, max_bytes: int) -> type[OperationPolicy]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -14,6 +13,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 from sqlalchemy.types import TypeEngine
 
+from backend import jsoncodec
 from backend.domain.states import TRUTHY_FLAG_TEXTS
 
 _KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -123,8 +123,9 @@ class json_update(FunctionElement[Any]):
 
 
 def json_patch(values: dict[str, Any]) -> str:
-    """The bound text of a `json_update` built with `param`."""
-    return json.dumps(values, separators=(",", ":"), sort_keys=True)
+    """The bound text of a `json_update` built with `param` (parsed by the database, never compared
+    as text)."""
+    return jsoncodec.dumps(values)
 
 
 @compiles(json_update, "sqlite")

@@ -45,6 +45,8 @@ class Watch:
     claim: Claim
     armed_at: dt.datetime
     phase: Phase = Phase.ARMED
+    # While armed, a timer; once it fires, the task that runs the fallback (cancellable throughout).
+    timer: asyncio.TimerHandle | None = None
     task: asyncio.Task[None] | None = None
     outcome: str = ""
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -114,7 +116,10 @@ class Watchdogs:
     def armed(self, claim: Claim) -> Watch:
         watch = Watch(claim, utcnow())
         self._by_session.setdefault(claim.session_id, set()).add(watch)
-        watch.task = asyncio.get_running_loop().create_task(self._run(watch))
+        # A timer, not a sleeping task: most watchdogs are cancelled by the agent's next activity
+        # long before they fire, and a timer costs a fraction of a task to make and cancel.
+        loop = asyncio.get_running_loop()
+        watch.timer = loop.call_later(self.deps.settings.watchdog_seconds, self._fire, watch)
         # Debug: one per live answer, and cancelled again by the agent's next activity in most cycles.
         log.debug(
             "watchdog armed",
@@ -135,11 +140,26 @@ class Watchdogs:
         for watch in list(self._by_session.get(session_id, ())):
             self._cancel(watch, reason)
 
+    def _fire(self, watch: Watch) -> None:
+        watch.timer = None
+        if watch.phase == Phase.ARMED:
+            watch.task = asyncio.get_running_loop().create_task(self._run(watch))
+            # Also when cancelled before its first step, which skips `_run` and its `finally`.
+            watch.task.add_done_callback(lambda _: self._forget(watch))
+
     def _cancel(self, watch: Watch, reason: str) -> None:
-        if watch.phase == Phase.DONE or watch.task is None:
+        if watch.phase == Phase.DONE:
             return
-        watch.outcome = f"cancelled:{reason}"
-        watch.task.cancel()
+        if watch.task is None:
+            if watch.timer is None:
+                return
+            watch.timer.cancel()
+            watch.timer = None
+            watch.outcome = f"cancelled:{reason}"
+            self._forget(watch)
+        else:
+            watch.outcome = f"cancelled:{reason}"
+            watch.task.cancel()
         log.debug(
             "watchdog cancelled",
             extra={"event": "watchdog.cancelled", "pending_id": watch.claim.pending_id, "reason": reason},
@@ -159,7 +179,6 @@ class Watchdogs:
     async def _run(self, watch: Watch) -> None:
         claim = watch.claim
         try:
-            await asyncio.sleep(self.deps.settings.watchdog_seconds)
             watch.phase = Phase.FALLBACK
             limit = self.deps.settings.dispatch_seconds + 3 * self.deps.settings.persistence_seconds
             async with asyncio.timeout(limit):
