@@ -199,11 +199,29 @@ class Clarifications:
         signature = bundle_signature(specs, context)
         # Registered before the write, so a hand-off for the new bundle always finds its waiter.
         waiter = self.hub.register(session_id)
+        asked: dict[str, Any] | None = None
+        delivered: list[Claim] = []
         try:
-            bundle = await self._create_or_attach(waiter, specs, context, signature)
+            bundle, asked = await self._create_or_attach(waiter, specs, context, signature)
             yield Asked(bundle)
-            yield await self._wait(waiter, timeout)
+            # Logged once the agent was sent the outcome (the generator resumes after the send), so a
+            # log line never delays it; likewise "delivered" below.
+            log.info(asked.pop("message"), extra=asked)
+            asked = None
+            yield await self._wait(waiter, timeout, delivered)
         finally:
+            if asked is not None:  # the agent went away right after it was sent `Asked`
+                log.info(asked.pop("message"), extra=asked)
+            for claim in delivered:
+                log.info(
+                    "clarification delivered",
+                    extra={
+                        "event": "clarification.delivered",
+                        "pending_id": claim.pending_id,
+                        "claim_id": claim.claim_id,
+                        "rejected": claim.rejected,
+                    },
+                )
             self.hub.unregister(waiter)
             # A hand-off nobody will confirm now: refuse it at once, so its responder restores the
             # claim instead of waiting out the live confirmation bound.
@@ -217,7 +235,8 @@ class Clarifications:
 
     async def _create_or_attach(
         self, waiter: Waiter, specs: Any, context: str | None, signature: str
-    ) -> Bundle:
+    ) -> tuple[Bundle, dict[str, Any]]:
+        """The bundle asked (or re-attached to), and its log line (the message and its fields)."""
         session_id = waiter.session_id
         async with uow(self.deps, [session_id], hold_summary=True) as w:
             conn = w.conn
@@ -280,19 +299,17 @@ class Clarifications:
                 bundle = await self._load(conn, pending_id)
         bundle = present(bundle, f"bundle {pending_id} just written")
         self._remember_session(pending_id, session_id)
-        log.info(
-            "clarification asked" if reused is None else "clarification re-attached",
-            extra={
-                "event": "clarification.asked" if reused is None else "clarification.attached",
-                "pending_id": pending_id,
-                "session_id": session_id,
-                "turn_id": turn_id,
-                "waiter_id": waiter.waiter_id,
-            },
-        )
-        return bundle
+        return bundle, {
+            "message": "clarification asked" if reused is None else "clarification re-attached",
+            "event": "clarification.asked" if reused is None else "clarification.attached",
+            "pending_id": pending_id,
+            "session_id": session_id,
+            "turn_id": turn_id,
+            "waiter_id": waiter.waiter_id,
+        }
 
-    async def _wait(self, waiter: Waiter, wait_seconds: float) -> WaitOutcome:
+    async def _wait(self, waiter: Waiter, wait_seconds: float, delivered: list[Claim]) -> WaitOutcome:
+        """The wait's outcome; a claim delivered to the agent is added to `delivered`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_seconds
         pending_id = present(waiter.pending_id, "waiter's bundle")
@@ -310,6 +327,7 @@ class Clarifications:
             if notice.kind == NoticeKind.HANDOFF and notice.claim is not None:
                 confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
                 if confirmed is not None:
+                    delivered.append(notice.claim)
                     return confirmed
                 continue
             waiter.wake_queued = False
@@ -321,8 +339,10 @@ class Clarifications:
         # A hand-off can land as the wait runs out (queued while the timed-out get was being
         # cancelled): its responder already holds a claim and waits on this waiter, so deliver it.
         for notice in _drain(waiter):
-            confirmed = await self._confirm(waiter, present(notice.claim, "hand-off claim"), notice.reply_to)
+            claim = present(notice.claim, "hand-off claim")
+            confirmed = await self._confirm(waiter, claim, notice.reply_to)
             if confirmed is not None:
+                delivered.append(claim)
                 return confirmed
         await self._bounded(self._detach(waiter, "timeout"))
         return Detached(pending_id)
@@ -404,15 +424,6 @@ class Clarifications:
         if self.primary_answer_notifier is not None and not claim.rejected:
             self.primary_answer_notifier(claim)
         await self.hub.confirm(reply_to, claim.claim_id, True)
-        log.info(
-            "clarification delivered",
-            extra={
-                "event": "clarification.delivered",
-                "pending_id": claim.pending_id,
-                "claim_id": claim.claim_id,
-                "rejected": claim.rejected,
-            },
-        )
         await flush(self.deps, work)
         if claim.rejected:
             return Rejected(claim.pending_id)
