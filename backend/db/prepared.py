@@ -27,6 +27,7 @@ unit of work's lock (and the summary row it holds) costs no round trip of its ow
 from __future__ import annotations
 
 import collections
+import hashlib
 import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -115,14 +116,11 @@ class Prepared:
         found = await self.rows(conn, params)
         return found[0] if found else None
 
-    def literal(self, dialect: Dialect, params: Mapping[str, Any]) -> str | None:
-        """The statement with its parameters written in as literals, or None when one of them is
-        not a plain integer or a text of the safe alphabet (or the SQL holds a quote of its own)."""
-        plan = self._plan(dialect)
-        if "'" in plan.sql:
-            return None
+    def literals(self, dialect: Dialect, params: Mapping[str, Any]) -> list[str] | None:
+        """The parameters written as SQL literals, in order; None when one of them is not a plain
+        integer or a text of the safe alphabet."""
         values: list[str] = []
-        for arg in _arguments(plan, params):
+        for arg in _arguments(self._plan(dialect), params):
             if isinstance(arg, bool) or not isinstance(arg, int | str):
                 return None
             if isinstance(arg, str):
@@ -131,7 +129,25 @@ class Prepared:
                 values.append(f"'{arg}'")
             else:
                 values.append(str(arg))
+        return values
+
+    def literal(self, dialect: Dialect, params: Mapping[str, Any]) -> str | None:
+        """The statement with its parameters written in as literals (None: see `literals`, or the
+        SQL holds a quote of its own)."""
+        plan = self._plan(dialect)
+        values = self.literals(dialect, params)
+        if values is None or "'" in plan.sql:
+            return None
         return _PLACEHOLDER.sub(lambda m: values[int(m.group(1)) - 1], plan.sql)
+
+    def server_name(self, dialect: Dialect) -> str:
+        """The name of this statement prepared on a connection by `begin_with` (from its SQL)."""
+        return "turnwise_" + hashlib.sha256(self._plan(dialect).sql.encode()).hexdigest()[:24]
+
+
+# Per connection (in its pool record's `info`): the driver connection and the names `begin_with`
+# prepared on it, or None once a message that prepared one failed (whether it took is unknown).
+_SERVER_PREPARED = "turnwise_server_prepared"
 
 
 async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping[str, Any]]) -> bool:
@@ -139,6 +155,10 @@ async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping
     BEGIN: one round trip instead of one more per statement. Their rows are not returned (a lock,
     a row held FOR UPDATE). Each statement of the message still gets its own snapshot, after the one
     before it (READ COMMITTED), exactly as when sent one by one.
+
+    Each statement is prepared on the connection (PREPARE, in the first message that uses it) and
+    executed by name with its values as literals, so PostgreSQL parses and plans it once per
+    connection, as it does the statements asyncpg prepares.
 
     False, having sent nothing, where it cannot: not asyncpg, a transaction already begun, an
     isolation level or access mode of its own, or a value that is not safe as a literal; the caller
@@ -159,13 +179,34 @@ async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping
         return False
     if adapted.readonly or adapted.deferrable:
         return False
-    parts = [statement.literal(conn.dialect, params) for statement, params in statements]
-    if any(part is None for part in parts):
-        return False
     driver = adapted._connection
     if driver._top_xact is not None or driver.is_in_transaction():
         return False
-    sql = "BEGIN;" + ";".join(cast(list[str], parts))
+    dialect = conn.dialect
+    known = fairy.info.get(_SERVER_PREPARED)
+    if known is None or known[0] is not driver:
+        known = fairy.info[_SERVER_PREPARED] = (driver, set())
+    prepared: set[str] | None = known[1]
+    parts: list[str] = []
+    new: list[str] = []
+    for statement, params in statements:
+        if prepared is None:
+            literal = statement.literal(dialect, params)
+            if literal is None:
+                return False
+            parts.append(literal)
+            continue
+        values = statement.literals(dialect, params)
+        if values is None:
+            return False
+        # Prepared once per connection, then executed by name: PostgreSQL parses and plans it once,
+        # instead of on every message.
+        name = statement.server_name(dialect)
+        if name not in prepared and name not in new:
+            parts.append(f"PREPARE {name} AS {statement._plan(dialect).sql}")
+            new.append(name)
+        parts.append(f"EXECUTE {name}({', '.join(values)})" if values else f"EXECUTE {name}")
+    sql = "BEGIN;" + ";".join(parts)
     if sync is not None and (sync._has_events or sync.engine._has_events):
         sync.dispatch.before_cursor_execute(sync, None, sql, [], None, False)
     transaction = driver.transaction()
@@ -175,8 +216,14 @@ async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping
     try:
         await driver.execute(sql)
     except BaseException as exc:
+        if new:
+            # A PREPARE outlives a failed transaction, or never ran: unknown from here on, so this
+            # connection writes its statements out in full.
+            fairy.info[_SERVER_PREPARED] = (driver, None)
         await conn.run_sync(_raise_translated, adapted, exc, sql, [])
         raise  # not reached: _raise_translated always raises
+    if prepared is not None:
+        prepared.update(new)
     return True
 
 

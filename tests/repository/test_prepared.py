@@ -324,6 +324,40 @@ async def test_begin_with_a_failing_statement_raises_sqlalchemys_error_and_rolls
         await db.dispose()
 
 
+async def test_begin_with_prepares_each_statement_once_per_connection(pg_url: str) -> None:
+    db = Database(pg_url, pool_size=1)
+    name = locks._LOCK_ONE.server_name(db.engine.sync_engine.dialect)
+    try:
+        for _ in range(3):
+            async with db.write() as conn:
+                assert await begin_with(conn, locks.lock_one("s"))
+                found = await conn.execute(
+                    text("SELECT count(*) FROM pg_prepared_statements WHERE name = :n"), {"n": name}
+                )
+                assert found.scalar_one() == 1
+    finally:
+        await db.dispose()
+
+
+async def test_after_a_failed_prepare_the_connection_writes_statements_out(pg_url: str) -> None:
+    # Whether a PREPARE in a failed message took is unknown (it outlives the failed transaction, or
+    # never ran): the connection stops preparing and sends its statements in full, and still works.
+    db = Database(pg_url, pool_size=1)
+    dialect = db.engine.sync_engine.dialect
+    try:
+        with pytest.raises(DBAPIError, match="division by zero"):
+            async with db.write() as conn:
+                await begin_with(conn, (_DIVIDE, {"by": 0}))
+        for _ in range(2):
+            async with db.write() as conn:
+                assert await begin_with(conn, (_DIVIDE, {"by": 2}), locks.lock_one("s"))
+                prepared = await conn.execute(text("SELECT name FROM pg_prepared_statements"))
+                names = set(prepared.scalars())
+                assert locks._LOCK_ONE.server_name(dialect) not in names
+    finally:
+        await db.dispose()
+
+
 @pytest.mark.parametrize("value", ["it's", "a b", "x" * 201, "é", 1.5, True, None])
 async def test_begin_with_writes_no_value_it_cannot_write_safely(pg_url: str, value: Any) -> None:
     db = Database(pg_url, pool_size=1)
