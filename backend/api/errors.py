@@ -29,9 +29,17 @@ def _document_error_code(error: GraphQLError) -> str:
     return "GRAPHQL_VALIDATION_FAILED"
 
 
+def _always(_: GraphQLError) -> bool:
+    return True
+
+
 class ErrorPolicy(MaskErrors):
+    # Made anew for every operation: the settings are the class's, not built per instance.
+    should_mask_error = staticmethod(_always)
+    error_message = "Internal error"
+
     def __init__(self) -> None:
-        super().__init__(should_mask_error=lambda _: True, error_message="Internal error")
+        self._stream_result_processed = False
 
     def _process_result(self, result: object) -> None:
         # Strawberry tests `result` against a runtime-checkable Protocol, which costs more than the

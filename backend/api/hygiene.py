@@ -21,10 +21,23 @@ PROBLEM = "text must not contain NUL characters or unpaired surrogates"
 def storable(text: str) -> bool:
     if "\x00" in text:
         return False
+    if text.isascii():  # no surrogate to pair, and no copy made to find out
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return False
+    return True
+
+
+def _all_storable(value: Any) -> bool:
+    """`bad_variable_paths` finds nothing (checked without building a path per value)."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return all((not isinstance(k, str) or storable(k)) and _all_storable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_all_storable(item) for item in value)
     return True
 
 
@@ -81,7 +94,8 @@ def _literal_problems(text: str, document: DocumentNode) -> tuple[str, ...]:
 
 def text_problems(ctx: ExecutionContext) -> list[GraphQLError]:
     """The operation's unstorable text (variables and the document's string literals), as errors."""
-    bad = list(bad_variable_paths(ctx.variables or {}, "$"))
+    variables = ctx.variables or {}
+    bad = [] if _all_storable(variables) else list(bad_variable_paths(variables, "$"))
     if ctx.graphql_document is not None:
         bad += _literal_problems(ctx.query or "", ctx.graphql_document)
     return [GraphQLError(f"{where}: {PROBLEM}", extensions={"code": "BAD_USER_INPUT"}) for where in bad]

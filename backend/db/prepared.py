@@ -72,6 +72,8 @@ class _Plan:
     row: type[Row] | None
     processors: tuple[Callable[[Any], Any] | None, ...]
     asyncpg: bool
+    # The name `begin_with` prepares it under on a connection.
+    server_name: str
 
 
 class Prepared:
@@ -142,7 +144,7 @@ class Prepared:
 
     def server_name(self, dialect: Dialect) -> str:
         """The name of this statement prepared on a connection by `begin_with` (from its SQL)."""
-        return "turnwise_" + hashlib.sha256(self._plan(dialect).sql.encode()).hexdigest()[:24]
+        return self._plan(dialect).server_name
 
 
 # Per connection (in its pool record's `info`): the driver connection and the names `begin_with`
@@ -274,6 +276,7 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
         row=row,
         processors=result_processors,
         asyncpg=dialect.driver == "asyncpg",
+        server_name="turnwise_" + hashlib.sha256(sql.encode()).hexdigest()[:24],
     )
 
 
