@@ -168,5 +168,13 @@ class Database:
             async with conn.begin():
                 yield conn
 
+    @asynccontextmanager
+    async def alone(self) -> AsyncIterator[AsyncConnection]:
+        """A connection that begins no transaction (PostgreSQL), for `prepared.run_alone`: the one
+        message it sends is its own transaction."""
+        async with self.engine.connect() as conn:
+            self.transactions += 1
+            yield conn
+
     async def dispose(self) -> None:
         await self.engine.dispose()

@@ -27,6 +27,7 @@ unit of work's lock (and the summary row it holds) costs no round trip of its ow
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import hashlib
 import re
 import sqlite3
@@ -120,17 +121,19 @@ class Prepared:
 
     def literals(self, dialect: Dialect, params: Mapping[str, Any]) -> list[str] | None:
         """The parameters written as SQL literals, in order; None when one of them is not a plain
-        integer or a text of the safe alphabet."""
+        integer, a text of the safe alphabet or a timestamp with its time zone."""
         values: list[str] = []
         for arg in _arguments(self._plan(dialect), params):
-            if isinstance(arg, bool) or not isinstance(arg, int | str):
-                return None
             if isinstance(arg, str):
                 if not _SAFE_TEXT.fullmatch(arg):
                     return None
                 values.append(f"'{arg}'")
-            else:
+            elif isinstance(arg, int) and not isinstance(arg, bool):
                 values.append(str(arg))
+            elif isinstance(arg, dt.datetime) and arg.tzinfo is not None:
+                values.append(f"'{arg.isoformat()}'")  # digits, '-', ':', '.', '+' and 'T' only
+            else:
+                return None
         return values
 
     def literal(self, dialect: Dialect, params: Mapping[str, Any]) -> str | None:
@@ -152,6 +155,83 @@ class Prepared:
 _SERVER_PREPARED = "turnwise_server_prepared"
 
 
+@dataclass(slots=True)
+class _Message:
+    """One simple-protocol message of prepared statements for a connection (see `begin_with`)."""
+
+    conn: AsyncConnection
+    fairy: Any
+    adapted: Any
+    driver: Any
+    parts: list[str]
+    # Names this message prepares, and the set of names the connection has (None: unknown).
+    new: list[str]
+    prepared: set[str] | None
+
+    async def send(self, sql: str) -> str:
+        sync = self.conn.sync_connection
+        if sync is not None and (sync._has_events or sync.engine._has_events):
+            sync.dispatch.before_cursor_execute(sync, None, sql, [], None, False)
+        try:
+            status: str = await self.driver.execute(sql)
+        except BaseException as exc:
+            if self.new:
+                # A PREPARE outlives a failed transaction, or never ran: unknown from here on, so
+                # this connection writes its statements out in full.
+                self.fairy.info[_SERVER_PREPARED] = (self.driver, None)
+            await self.conn.run_sync(_raise_translated, self.adapted, exc, sql, [])
+            raise  # not reached: _raise_translated always raises
+        if self.prepared is not None:
+            self.prepared.update(self.new)
+        return status
+
+
+async def _message(
+    conn: AsyncConnection, statements: Sequence[tuple[Prepared, Mapping[str, Any]]]
+) -> _Message | None:
+    """The statements as one message, for a connection with no transaction begun (None: it cannot
+    be, see `begin_with`)."""
+    if conn.dialect.driver != "asyncpg" or not statements:
+        return None
+    sync = conn.sync_connection
+    fairy = None if sync is None or sync.invalidated else sync._dbapi_connection
+    if fairy is None:
+        fairy = await conn.get_raw_connection()
+    adapted: Any = fairy.dbapi_connection
+    if adapted._transaction is not None or adapted.isolation_level is not None:
+        return None
+    if adapted.readonly or adapted.deferrable:
+        return None
+    driver = adapted._connection
+    if driver._top_xact is not None or driver.is_in_transaction():
+        return None
+    dialect = conn.dialect
+    known = fairy.info.get(_SERVER_PREPARED)
+    if known is None or known[0] is not driver:
+        known = fairy.info[_SERVER_PREPARED] = (driver, set())
+    prepared: set[str] | None = known[1]
+    parts: list[str] = []
+    new: list[str] = []
+    for statement, params in statements:
+        if prepared is None:
+            literal = statement.literal(dialect, params)
+            if literal is None:
+                return None
+            parts.append(literal)
+            continue
+        values = statement.literals(dialect, params)
+        if values is None:
+            return None
+        # Prepared once per connection, then executed by name: PostgreSQL parses and plans it once,
+        # instead of on every message.
+        name = statement.server_name(dialect)
+        if name not in prepared and name not in new:
+            parts.append(f"PREPARE {name} AS {statement._plan(dialect).sql}")
+            new.append(name)
+        parts.append(f"EXECUTE {name}({', '.join(values)})" if values else f"EXECUTE {name}")
+    return _Message(conn, fairy, adapted, driver, parts, new, prepared)
+
+
 async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping[str, Any]]) -> bool:
     """Begin the caller's transaction (PostgreSQL) with these statements in the same message as its
     BEGIN: one round trip instead of one more per statement. Their rows are not returned (a lock,
@@ -170,63 +250,41 @@ async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping
     `Transaction.start()` would: the transaction is registered (asyncpg's and SQLAlchemy's) before
     the message is sent, so a failure mid-message leaves a transaction SQLAlchemy rolls back, and a
     lost connection or a cancellation invalidates it as `_run` does."""
-    if conn.dialect.driver != "asyncpg" or not statements:
+    message = await _message(conn, statements)
+    if message is None:
         return False
-    sync = conn.sync_connection
-    fairy = None if sync is None or sync.invalidated else sync._dbapi_connection
-    if fairy is None:
-        fairy = await conn.get_raw_connection()
-    adapted: Any = fairy.dbapi_connection
-    if adapted._transaction is not None or adapted.isolation_level is not None:
-        return False
-    if adapted.readonly or adapted.deferrable:
-        return False
-    driver = adapted._connection
-    if driver._top_xact is not None or driver.is_in_transaction():
-        return False
-    dialect = conn.dialect
-    known = fairy.info.get(_SERVER_PREPARED)
-    if known is None or known[0] is not driver:
-        known = fairy.info[_SERVER_PREPARED] = (driver, set())
-    prepared: set[str] | None = known[1]
-    parts: list[str] = []
-    new: list[str] = []
-    for statement, params in statements:
-        if prepared is None:
-            literal = statement.literal(dialect, params)
-            if literal is None:
-                return False
-            parts.append(literal)
-            continue
-        values = statement.literals(dialect, params)
-        if values is None:
-            return False
-        # Prepared once per connection, then executed by name: PostgreSQL parses and plans it once,
-        # instead of on every message.
-        name = statement.server_name(dialect)
-        if name not in prepared and name not in new:
-            parts.append(f"PREPARE {name} AS {statement._plan(dialect).sql}")
-            new.append(name)
-        parts.append(f"EXECUTE {name}({', '.join(values)})" if values else f"EXECUTE {name}")
-    sql = "BEGIN;" + ";".join(parts)
-    if sync is not None and (sync._has_events or sync.engine._has_events):
-        sync.dispatch.before_cursor_execute(sync, None, sql, [], None, False)
-    transaction = driver.transaction()
-    driver._top_xact = transaction
+    transaction = message.driver.transaction()
+    message.driver._top_xact = transaction
     transaction._state = TransactionState.STARTED
-    adapted._transaction = transaction
-    try:
-        await driver.execute(sql)
-    except BaseException as exc:
-        if new:
-            # A PREPARE outlives a failed transaction, or never ran: unknown from here on, so this
-            # connection writes its statements out in full.
-            fairy.info[_SERVER_PREPARED] = (driver, None)
-        await conn.run_sync(_raise_translated, adapted, exc, sql, [])
-        raise  # not reached: _raise_translated always raises
-    if prepared is not None:
-        prepared.update(new)
+    message.adapted._transaction = transaction
+    await message.send("BEGIN;" + ";".join(message.parts))
     return True
+
+
+async def run_alone(conn: AsyncConnection, *statements: tuple[Prepared, Mapping[str, Any]]) -> int | None:
+    """Run these statements (PostgreSQL) as a transaction of their own, in one message and one round
+    trip: with no BEGIN, PostgreSQL runs a message's statements as one implicit transaction, commits
+    it when the last one succeeded and rolls all of it back when one fails. Each statement still gets
+    its own snapshot, after the one before it. For a unit that needs nothing back but how many rows
+    its last statement returned (the number, None where it cannot: see `begin_with`; the caller then
+    runs the statements as usual). `conn` must not have begun a transaction (`Database.alone()`).
+    Counted as one statement and, through SQLAlchemy's commit and rollback events, one transaction."""
+    message = await _message(conn, statements)
+    if message is None:
+        return None
+    sync = conn.sync_connection
+    try:
+        status = await message.send(";".join(message.parts))
+    except Exception:
+        if sync is not None:
+            sync.dispatch.rollback(sync)
+        raise
+    if sync is not None:
+        sync.dispatch.commit(sync)
+    verb, _, count = status.rpartition(" ")
+    if verb != "SELECT" or not count.isdigit():
+        raise BrokenInvariant(f"a message's last statement reported {status!r}, not rows")
+    return int(count)
 
 
 def _compile(statement: Executable, dialect: Dialect) -> _Plan:

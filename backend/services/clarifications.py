@@ -429,18 +429,34 @@ class Clarifications:
             return Rejected(claim.pending_id)
         return Answered(claim.pending_id, claim.answers)
 
-    async def _finalize(self, claim: Claim) -> tuple[list[BundleRow], Work]:
-        """The confirmation's unit of work; its events wait until the responder was told."""
+    async def _finalize(self, claim: Claim) -> tuple[bool, Work]:
+        """The confirmation's unit of work; its events wait until the responder was told. Whether
+        it settled the claim (False: a restore won the race)."""
+        if len(claim.message_ids) == 1 and not self.deps.db.is_sqlite:
+            # The lock and the settling write as one transaction of their own, in one round trip.
+            async with self.deps.db.alone() as conn:
+                done = await repo.confirm_alone(conn, claim.session_id, claim.message_ids[0], claim.claim_id)
+            if done is not None:
+                settled, resumed = done
+                work = Work(conn)
+                if settled:
+                    work.publish_messages(
+                        claim.task_id, claim.session_id, "message.updated", claim.message_ids
+                    )
+                # Resuming (waiting -> running, the claim having taken the rows out of pending) keeps
+                # the task's pending action: its summary is as current as before.
+                work.projected = resumed
+                return settled, work
         async with uow(self.deps, [claim.session_id], hold=True) as w:
-            settled, resumed = await repo.settle_claim_and_resume(
+            rows, resumed = await repo.settle_claim_and_resume(
                 w.conn, claim.session_id, claim.message_ids, claim.claim_id
             )
             if resumed:
                 # The claim already took the rows out of pending (and reconciled the summary); waiting
                 # -> running and a settled intent leave the pending action as it is.
                 w.touched_and_bumped(claim.session_id, task_id=claim.task_id, pending_action_kept=True)
-            w.publish_messages(claim.task_id, claim.session_id, "message.updated", [r.id for r in settled])
-        return settled, w
+            w.publish_messages(claim.task_id, claim.session_id, "message.updated", [r.id for r in rows])
+        return bool(rows), w
 
     # --- respond --------------------------------------------------------------------------------
 
