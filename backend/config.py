@@ -66,6 +66,10 @@ class Settings:
     demo: bool = False
     # Server processes behind one port (`turnwise serve --workers N`): PostgreSQL and a shared bus only.
     workers: int = 1
+    # PostgreSQL connections each server process keeps open (and up to half as many more under a
+    # burst, closed again after use): a connection opened per transaction costs more than the
+    # transaction. Each worker has its own pool; PostgreSQL's max_connections must cover them all.
+    db_pool_size: int = 20
     # uvicorn's per-request access log (TURNWISE_ACCESS_LOG=1); off by default, it costs on the hot path.
     access_log: bool = False
     # permessage-deflate on WebSockets: off, since an operation's messages are small and compressing
@@ -106,6 +110,7 @@ class Settings:
             scripted_outcomes=_list("TURNWISE_SCRIPTED_OUTCOMES", base.scripted_outcomes),
             scripted_log=os.environ.get("TURNWISE_SCRIPTED_LOG") or None,
             workers=_int("TURNWISE_WORKERS", base.workers),
+            db_pool_size=_int("TURNWISE_DB_POOL_SIZE", base.db_pool_size),
             access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
             ws_compression=os.environ.get("TURNWISE_WS_COMPRESSION", "") in ("1", "true", "yes"),
         )
@@ -114,6 +119,8 @@ class Settings:
         """Why these settings cannot run `workers` processes, or None when they can."""
         if self.workers < 1:
             return f"--workers must be at least 1 (got {self.workers})"
+        if self.db_pool_size < 1:
+            return f"TURNWISE_DB_POOL_SIZE must be at least 1 (got {self.db_pool_size})"
         if self.workers == 1:
             return None
         if self.database_url.startswith("sqlite"):

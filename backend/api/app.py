@@ -59,7 +59,7 @@ def create_app(
     after_start: Callable[[Services], Awaitable[None]] | None = None,
 ) -> Starlette:
     """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
-    db = Database(settings.database_url)
+    db = Database(settings.database_url, pool_size=settings.db_pool_size)
     metrics.instrument(db)
     bus = EventBus(
         settings.broadcast_url,

@@ -42,7 +42,7 @@ class Database:
         url: str,
         *,
         echo: bool = False,
-        pool_size: int = 10,
+        pool_size: int = 20,
         idle_ping_seconds: float = IDLE_PING_SECONDS,
     ) -> None:
         self.url = url
@@ -65,7 +65,7 @@ class Database:
             # event loop's thread (see `prepared._inline_sqlite`), the rest on aiosqlite's thread.
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
-            kwargs.update(pool_size=pool_size, max_overflow=pool_size)
+            kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from backend.db.engine import Database
 from backend.db.tables import task_session_messages as M
@@ -72,6 +72,33 @@ def test_zero_workers_are_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "--workers must be at least 1" in done.stderr
+
+
+def test_an_empty_connection_pool_is_refused(tmp_path: Path) -> None:
+    done = serve(
+        {"TURNWISE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'x.db'}", "TURNWISE_DB_POOL_SIZE": "0"}
+    )
+    assert done.returncode == 2
+    assert "TURNWISE_DB_POOL_SIZE must be at least 1" in done.stderr
+
+
+async def test_the_connection_pool_keeps_its_size_open(pg_url: str) -> None:
+    # Up to its size, the pool keeps connections open between transactions: none is made anew per
+    # transaction (a burst beyond the size borrows more and closes them again).
+    db = Database(pg_url, pool_size=4)
+    try:
+
+        async def one() -> int:
+            async with db.write() as conn:
+                await asyncio.sleep(0.05)
+                return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+
+        first = set(await asyncio.gather(*(one() for _ in range(4))))
+        again = set(await asyncio.gather(*(one() for _ in range(4))))
+        assert len(first) == 4
+        assert again == first
+    finally:
+        await db.dispose()
 
 
 # --- two workers --------------------------------------------------------------------------------

@@ -106,19 +106,22 @@ async def test_identical_questions_asked_again_while_active_reuse_the_bundle(db:
 
 
 @pytest.mark.scenario("S22")
+@pytest.mark.parametrize("count", [1, 2], ids=["one-question", "two-questions"])
 async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, count: int
 ) -> None:
+    # One question: on PostgreSQL the confirmation is one message of its own (`prepared.run_alone`);
+    # two: a unit of work. Either way it commits before the agent sees the answer.
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, questions(2))
+        agent = await Agent.ask(svc, session_id, questions(count))
         order: list[str] = []
         agent.wait().add_done_callback(lambda _: order.append("agent received the answer"))
         # Hold the waiter's confirmation write until the test lets it go.
         entered, release = asyncio.Event(), asyncio.Event()
         finalize = svc.clarifications._finalize
 
-        async def held(claim: lc.Claim) -> tuple[list[lc.BundleRow], Work]:
+        async def held(claim: lc.Claim) -> tuple[bool, Work]:
             entered.set()
             await release.wait()
             settled = await finalize(claim)
@@ -126,7 +129,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
             return settled
 
         monkeypatch.setattr(svc.clarifications, "_finalize", held)
-        answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")]
+        answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")][:count]
         responding = asyncio.create_task(
             svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         )
@@ -144,9 +147,9 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         outcome = await agent.outcome()
         assert order == ["confirmation committed", "agent received the answer"]
         assert isinstance(outcome, lc.Answered)
+        expected = {"q1": (("q1_opt2",), None), "q2": ((), "neither")}
         assert {a.question_id: (a.selected_option_ids, a.custom_text) for a in outcome.answers} == {
-            "q1": (("q1_opt2",), None),
-            "q2": ((), "neither"),
+            q: expected[q] for q in list(expected)[:count]
         }
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"answered"}
