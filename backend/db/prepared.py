@@ -306,7 +306,9 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
         if expanded.positiontup is None:
             raise BrokenInvariant("a rendered statement has no expanded state")
         sql, names = expanded.statement, expanded.positiontup
-        values, processors = expanded.parameters, expanded.processors
+        # The expanded state's processors cover the expanded binds only: the others' stay the
+        # compiled statement's.
+        values, processors = expanded.parameters, {**compiled._bind_processors, **expanded.processors}
     else:
         if compiled.positiontup is None:
             raise BrokenInvariant("a positional statement without its parameter order")

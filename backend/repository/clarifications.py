@@ -9,6 +9,7 @@ pending sequence of every session it touched once, at commit.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, update
@@ -268,9 +269,7 @@ async def find_active_by_signature(conn: AsyncConnection, session_id: str, signa
 # --- ask ----------------------------------------------------------------------------------------
 
 
-async def insert_bundle(
-    conn: AsyncConnection,
-    *,
+def _bundle_records(
     session_id: str,
     turn_id: str,
     pending_id: str,
@@ -279,12 +278,7 @@ async def insert_bundle(
     signature: str,
     waiter_id: str,
     waiter_instance: str,
-    state: str | None = None,
 ) -> list[MessageRecord]:
-    """One row per question in one multi-row INSERT: the bundle is written whole or not at all.
-
-    `state`: also set the session's state and bump its sequence (`tasks.set_session_state(...,
-    bump=True)`), in the same statement on PostgreSQL for a one-question bundle."""
     now = utcnow()
     records: list[MessageRecord] = []
     for i, q in enumerate(questions):
@@ -316,20 +310,44 @@ async def insert_bundle(
                 now,
             )
         )
-    values = [
-        {
-            "b_id": r.id,
-            "b_session_id": r.session_id,
-            "b_turn_id": r.turn_id,
-            "b_type": r.type,
-            "b_author": r.author,
-            "b_content": r.content,
-            "b_metadata": r.metadata,
-            "b_created_at": now,
-            "b_updated_at": now,
-        }
-        for r in records
-    ]
+    return records
+
+
+def _row_values(r: MessageRecord) -> dict[str, Any]:
+    return {
+        "b_id": r.id,
+        "b_session_id": r.session_id,
+        "b_turn_id": r.turn_id,
+        "b_type": r.type,
+        "b_author": r.author,
+        "b_content": r.content,
+        "b_metadata": r.metadata,
+        "b_created_at": r.created_at,
+        "b_updated_at": r.updated_at,
+    }
+
+
+async def insert_bundle(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    turn_id: str,
+    pending_id: str,
+    questions: Sequence[QuestionSpec],
+    context: str | None,
+    signature: str,
+    waiter_id: str,
+    waiter_instance: str,
+    state: str | None = None,
+) -> list[MessageRecord]:
+    """One row per question in one multi-row INSERT: the bundle is written whole or not at all.
+
+    `state`: also set the session's state and bump its sequence (`tasks.set_session_state(...,
+    bump=True)`), in the same statement on PostgreSQL for a one-question bundle."""
+    records = _bundle_records(
+        session_id, turn_id, pending_id, questions, context, signature, waiter_id, waiter_instance
+    )
+    values = [_row_values(r) for r in records]
     if state is not None and len(values) == 1 and conn.dialect.name == "postgresql":
         await _INSERT_AND_SET_STATE.rows(conn, {**values[0], "b_session": session_id, "b_state": state})
         return records
@@ -337,6 +355,107 @@ async def insert_bundle(
     if state is not None:
         await tasks.set_session_state(conn, session_id, state, bump=True)
     return records
+
+
+# PostgreSQL, a one-question ask in the common case as one statement: what `_ASK_CONTEXT` reads, and,
+# only when the session is live, has a current turn and no active bundle with the same questions,
+# the bundle's row inserted into that turn and the session set waiting (with its sequence bump)
+# unless it already was. All of it in the snapshot after the session's lock; any other case is left
+# to the caller, which decides from the context as before.
+_ASK_CTX = (
+    select(
+        S,
+        current_turn_id(S.c.id).label("current_turn"),
+        _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
+    )
+    .where(S.c.id == _B_SESSION)
+    .cte("ask_context")
+    .prefix_with("MATERIALIZED")
+)
+_ASK_INSERTED = (
+    M.insert()
+    .from_select(
+        ["id", "session_id", "turn_id", "type", "author", "content", "metadata", "created_at", "updated_at"],
+        select(
+            bindparam("b_id", type_=M.c.id.type),
+            _ASK_CTX.c.id,
+            _ASK_CTX.c.current_turn,
+            bindparam("b_type", type_=M.c.type.type),
+            bindparam("b_author", type_=M.c.author.type),
+            bindparam("b_content", type_=M.c.content.type),
+            bindparam("b_metadata", type_=M.c.metadata.type),
+            bindparam("b_created_at", type_=M.c.created_at.type),
+            bindparam("b_updated_at", type_=M.c.updated_at.type),
+        ).where(
+            _ASK_CTX.c.current_turn.is_not(None),
+            _ASK_CTX.c.reusable.is_(None),
+            session_is_live(_ASK_CTX.c.state),
+        ),
+    )
+    .returning(M.c.id)
+    .cte("inserted")
+)
+_ASK_SET_WAITING = (
+    update(S)
+    .where(
+        S.c.id == _B_SESSION,
+        exists(select(_ASK_INSERTED.c.id)),
+        S.c.state != SessionState.WAITING_FOR_INPUT.value,
+    )
+    .values(
+        state=SessionState.WAITING_FOR_INPUT.value,
+        pending_seq=S.c.pending_seq + 1,
+        updated_at=bindparam("b_updated_at", type_=S.c.updated_at.type),
+    )
+    .returning(S.c.id)
+    .cte("set_waiting")
+)
+_ASK_AND_INSERT = Prepared(
+    select(
+        *_ASK_CTX.c,
+        select(_ASK_INSERTED.c.id).scalar_subquery().label("inserted"),
+        select(func.count()).select_from(_ASK_SET_WAITING).scalar_subquery().label("set_waiting"),
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AskContext:
+    """The session as the ask found it, its current turn, the active bundle an identical ask would
+    re-attach to, and (`ask_and_insert`) the bundle's rows when the statement already inserted them."""
+
+    session: SessionRecord
+    turn_id: str | None
+    reusable: str | None
+    inserted: list[MessageRecord] | None = None
+
+
+async def ask_and_insert(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    question: QuestionSpec,
+    context: str | None,
+    signature: str,
+    waiter_id: str,
+    waiter_instance: str,
+) -> AskContext:
+    """PostgreSQL, a one-question ask: `ask_context` and, in the common case (a live session with a
+    current turn and no identical active bundle), `insert_bundle` with the session set waiting, in one
+    statement. `inserted` is None when it inserted nothing: the caller decides from the context."""
+    (record,) = _bundle_records(
+        session_id, "", pending_id, [question], context, signature, waiter_id, waiter_instance
+    )
+    params = {**_row_values(record), "b_session": session_id, "b_signature": signature}
+    row = await _ASK_AND_INSERT.first(conn, params)
+    if row is None:
+        raise NotFound("session", session_id)
+    turn = None if row.current_turn is None else str(row.current_turn)
+    found = AskContext(rows.session(row), turn, None if row.reusable is None else str(row.reusable))
+    if row.inserted is None:
+        return found
+    return replace(found, inserted=[replace(record, turn_id=str(turn))])
 
 
 async def attach_waiter(

@@ -46,7 +46,7 @@ from backend.domain.lifecycle import (
     validate_answers,
     validate_questions,
 )
-from backend.domain.records import TaskRecord
+from backend.domain.records import MessageRecord, TaskRecord
 from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus, SessionState
 from backend.repository import clarifications as repo
 from backend.repository import instances, tasks, turns
@@ -240,7 +240,29 @@ class Clarifications:
         session_id = waiter.session_id
         async with uow(self.deps, [session_id], hold_summary=True) as w:
             conn = w.conn
-            session, turn_id, reused = await repo.ask_context(conn, session_id, signature)
+            pending_id = new_id()
+            inserted: list[MessageRecord] | None = None
+            if len(specs) == 1 and conn.dialect.name == "postgresql":
+                # The common case (a live session with a turn, no identical bundle) is written by the
+                # statement that reads the context; any other case is decided below, as it finds it.
+                found = await repo.ask_and_insert(
+                    conn,
+                    session_id=session_id,
+                    pending_id=pending_id,
+                    question=specs[0],
+                    context=context,
+                    signature=signature,
+                    waiter_id=waiter.waiter_id,
+                    waiter_instance=self.hub.instance_id,
+                )
+                session, turn_id, reused, inserted = (
+                    found.session,
+                    found.turn_id,
+                    found.reusable,
+                    found.inserted,
+                )
+            else:
+                session, turn_id, reused = await repo.ask_context(conn, session_id, signature)
             if session.state in TERMINAL_SESSION_STATES:
                 raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new questions")
             if turn_id is None:
@@ -259,8 +281,7 @@ class Clarifications:
                     waiter_instance=self.hub.instance_id,
                 )
             else:
-                pending_id = new_id()
-                records = await repo.insert_bundle(
+                records = inserted or await repo.insert_bundle(
                     conn,
                     session_id=session_id,
                     turn_id=turn_id,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import Integer, bindparam, literal_column, select, text, update
+from sqlalchemy import Integer, bindparam, func, literal_column, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -448,5 +448,67 @@ async def test_begin_with_sends_nothing_on_sqlite(sqlite_url: str) -> None:
     try:
         async with db.write() as conn:
             assert not await begin_with(conn, locks.lock_one("s"))
+    finally:
+        await db.dispose()
+
+
+# --- the ask's context and insert in one statement (PostgreSQL) ----------------------------------
+
+
+async def _ask(conn: AsyncConnection, session_id: str, signature: str) -> clarifications.AskContext:
+    (question,) = validate_questions([{"prompt": "c?", "options": [{"label": "x"}, {"label": "y"}]}], None)
+    return await clarifications.ask_and_insert(
+        conn,
+        session_id=session_id,
+        pending_id=new_id(),
+        question=question,
+        context=None,
+        signature=signature,
+        waiter_id="w2",
+        waiter_instance="i",
+    )
+
+
+async def test_ask_and_insert_writes_the_common_case_and_leaves_every_other_to_the_caller(
+    pg_url: str,
+) -> None:
+    db = Database(pg_url)
+    try:
+        async with db.write() as conn:
+            task_id, session_id, pending_id = await seed_session(conn)
+            # An identical active bundle: nothing written, the bundle to re-attach to reported.
+            same = await _ask(conn, session_id, "sig")
+            assert (same.reusable, same.inserted) == (pending_id, None)
+            # New questions in the live session's current turn: written, the session already waiting.
+            new = await _ask(conn, session_id, "other")
+            assert new.inserted is not None
+            assert new.turn_id is not None
+            (row,) = new.inserted
+            assert (row.session_id, row.turn_id) == (session_id, new.turn_id)
+            stored = await conn.execute(select(M.c.turn_id, M.c.metadata).where(M.c.id == row.id))
+            turn_id, metadata = stored.one()
+            assert turn_id == new.turn_id
+            assert metadata == row.metadata
+            # A session that is not waiting is set waiting (and its sequence bumped) with the insert.
+            await tasks.set_session_state(conn, session_id, "RUNNING")
+            seq = (await conn.execute(select(S.c.pending_seq).where(S.c.id == session_id))).scalar_one()
+            running = await _ask(conn, session_id, "third")
+            assert running.session.state == "RUNNING"
+            assert running.inserted is not None
+            state, bumped = (
+                await conn.execute(select(S.c.state, S.c.pending_seq).where(S.c.id == session_id))
+            ).one()
+            assert (state, bumped) == ("WAITING_FOR_INPUT", seq + 1)
+            # A session that has ended: nothing written.
+            await tasks.set_session_state(conn, session_id, "COMPLETED")
+            ended = await _ask(conn, session_id, "fourth")
+            assert ended.inserted is None
+            assert ended.session.state == "COMPLETED"
+            # A session without a turn yet: nothing written (the caller opens one first).
+            fresh = await tasks.create_session(conn, task_id, is_primary=False, input_capable=True)
+            first = await _ask(conn, fresh.id, "fifth")
+            assert (first.turn_id, first.inserted) == (None, None)
+            count = await conn.execute(select(func.count()).select_from(M).where(M.c.session_id == fresh.id))
+            assert count.scalar_one() == 0
     finally:
         await db.dispose()
