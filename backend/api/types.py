@@ -12,7 +12,7 @@ from strawberry.types import Info
 
 from backend.api.context import Context
 from backend.domain import clarification as cq
-from backend.domain.lifecycle import Bundle, ConflictReason
+from backend.domain.lifecycle import Bundle, BundleRow, ConflictReason
 from backend.domain.lifecycle import BundleState as ClarificationBundleState
 from backend.domain.records import (
     MessageRecord,
@@ -167,11 +167,17 @@ class ClarificationBundle:
     turn_id: strawberry.ID | None
     state: ClarificationBundleState
     context: str | None
-    questions: list[ClarificationQuestion]
+    # The stored rows; their questions are read only when a client selects them (an agent's ask
+    # and a respond usually select the bundle's id alone).
+    rows: strawberry.Private[tuple[BundleRow, ...]]
+
+    @strawberry.field
+    def questions(self) -> list[ClarificationQuestion]:
+        views = [cq.question_view(r.metadata) for r in self.rows]
+        return [ClarificationQuestion.of(v) for v in views if v is not None]
 
     @classmethod
     def of(cls, b: Bundle) -> ClarificationBundle:
-        views = [cq.question_view(r.metadata) for r in b.rows]
         return cls(
             pending_id=strawberry.ID(b.pending_id),
             session_id=strawberry.ID(b.session_id),
@@ -179,7 +185,7 @@ class ClarificationBundle:
             turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
             state=ClarificationBundleState(b.state.value),
             context=b.context,
-            questions=[ClarificationQuestion.of(v) for v in views if v is not None],
+            rows=b.rows,
         )
 
 
