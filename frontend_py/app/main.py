@@ -104,6 +104,9 @@ class App:
         self.projection_sub: tuple[str, str] | None = None
         self.events_sub: tuple[str, str] | None = None
         self.history_loads: dict[str, int] = {}
+        # Session events that arrived while a history load of their session was on its way: the
+        # snapshot may have been read before them, so they are applied again on top of it.
+        self.history_events: dict[str, list[dict[str, Any]]] = {}
         self.session_loads: dict[str, int] = {}
         self.refetching = False
         self._html: dict[str, str] = {}
@@ -242,16 +245,24 @@ class App:
     async def load_history(self, session_id: str) -> None:
         load = self.history_loads.get(session_id, 0) + 1
         self.history_loads[session_id] = load
+        self.history_events.setdefault(session_id, [])
         try:
             data = await self.http.query(queries.SESSION_HISTORY, {"sessionId": session_id})
         except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
             window.console.warn("loading the session failed: " + str(error))
+            if self.history_loads.get(session_id) == load:
+                self.history_events.pop(session_id, None)
             return
         # Applied even before the session list arrives: opening a deep link loads both at once.
         if self.history_loads.get(session_id) != load:
             return
         self.store.apply_session_turns(session_id, data["sessionTurns"])
         self.store.apply_session_messages(session_id, data["sessionMessages"])
+        # A change the snapshot was read before (an answer's delivery, say) arrived as an event
+        # meanwhile: the snapshot must not take it back. Events come in order, so applying them again
+        # ends on the newest state.
+        for event in self.history_events.pop(session_id, []):
+            self.store.apply_session_event(session_id, event)
         self.render(scroll=True)
 
     async def reload_turns(self, session_id: str) -> None:
@@ -310,6 +321,9 @@ class App:
         if not isinstance(event, dict) or session_id != self.route_session:
             return
         self.store.apply_session_event(session_id, event)
+        held = self.history_events.get(session_id)
+        if held is not None:
+            held.append(event)
         if self.store.turns_stale(session_id):
             _spawn(self.reload_turns(session_id))
         self.render(scroll=True)

@@ -345,15 +345,17 @@ async def test_an_answer_for_an_agent_that_is_gone_says_it_waits_for_the_agent(
     bundle = await api.bundle(agent.pending_id)
     assert bundle["state"] == "TERMINAL"
     assert bundle["questions"][0]["response"]["customText"] == "Ship it on Friday"
-    # The agent comes back: the answer is delivered once, and the card no longer says it waits.
+    # The agent comes back: the answer is delivered once, and the card no longer says it waits. The
+    # runner sees the prompt before it acknowledges it, and the delivery settles only with that
+    # acknowledgement: keep the runner until the card says so.
     async with runner(api, session_id) as prompts:
         for _ in range(200):
             if prompts:
                 break
             await asyncio.sleep(0.05)
+        await expect(page.locator(".transcript")).not_to_contain_text("waiting for the agent")
     assert len(prompts) == 1
     assert "Ship it on Friday" in prompts[0]["prompt"]
-    await expect(page.locator(".transcript")).not_to_contain_text("waiting for the agent")
     await _no_outside_requests(network)
 
 
