@@ -46,7 +46,6 @@ from backend.domain.errors import BrokenInvariant
 # Values `begin_with` may write into its message as literals: ids and keys of our own alphabet
 # (nothing to escape, so nothing to get wrong); anything else makes it fall back to bind parameters.
 _SAFE_TEXT = re.compile(r"[A-Za-z0-9_.:\-]{0,200}")
-_PLACEHOLDER = re.compile(r"\$(\d+)")
 
 
 class Row(tuple[Any, ...]):
@@ -136,22 +135,14 @@ class Prepared:
                 return None
         return values
 
-    def literal(self, dialect: Dialect, params: Mapping[str, Any]) -> str | None:
-        """The statement with its parameters written in as literals (None: see `literals`, or the
-        SQL holds a quote of its own)."""
-        plan = self._plan(dialect)
-        values = self.literals(dialect, params)
-        if values is None or "'" in plan.sql:
-            return None
-        return _PLACEHOLDER.sub(lambda m: values[int(m.group(1)) - 1], plan.sql)
-
     def server_name(self, dialect: Dialect) -> str:
         """The name of this statement prepared on a connection by `begin_with` (from its SQL)."""
         return self._plan(dialect).server_name
 
 
 # Per connection (in its pool record's `info`): the driver connection and the names `begin_with`
-# prepared on it, or None once a message that prepared one failed (whether it took is unknown).
+# prepared on it, or None once a message that prepared one failed (whether it took is unknown; the
+# connection then runs its statements the usual way).
 _SERVER_PREPARED = "turnwise_server_prepared"
 
 
@@ -164,9 +155,9 @@ class _Message:
     adapted: Any
     driver: Any
     parts: list[str]
-    # Names this message prepares, and the set of names the connection has (None: unknown).
+    # Names this message prepares, and the set of names the connection has.
     new: list[str]
-    prepared: set[str] | None
+    prepared: set[str]
 
     async def send(self, sql: str) -> str:
         sync = self.conn.sync_connection
@@ -177,12 +168,11 @@ class _Message:
         except BaseException as exc:
             if self.new:
                 # A PREPARE outlives a failed transaction, or never ran: unknown from here on, so
-                # this connection writes its statements out in full.
+                # this connection sends no more such messages.
                 self.fairy.info[_SERVER_PREPARED] = (self.driver, None)
             await self.conn.run_sync(_raise_translated, self.adapted, exc, sql, [])
             raise  # not reached: _raise_translated always raises
-        if self.prepared is not None:
-            self.prepared.update(self.new)
+        self.prepared.update(self.new)
         return status
 
 
@@ -210,15 +200,11 @@ async def _message(
     if known is None or known[0] is not driver:
         known = fairy.info[_SERVER_PREPARED] = (driver, set())
     prepared: set[str] | None = known[1]
+    if prepared is None:
+        return None  # unknown since a failed message: this connection runs its statements as usual
     parts: list[str] = []
     new: list[str] = []
     for statement, params in statements:
-        if prepared is None:
-            literal = statement.literal(dialect, params)
-            if literal is None:
-                return None
-            parts.append(literal)
-            continue
         values = statement.literals(dialect, params)
         if values is None:
             return None
@@ -243,8 +229,9 @@ async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping
     connection, as it does the statements asyncpg prepares.
 
     False, having sent nothing, where it cannot: not asyncpg, a transaction already begun, an
-    isolation level or access mode of its own, or a value that is not safe as a literal; the caller
-    then runs the statements as usual. Counted as one statement.
+    isolation level or access mode of its own, a value that is not safe as a literal, or a connection
+    whose prepared statements are unknown since a failed message; the caller then runs the
+    statements as usual. Counted as one statement.
 
     asyncpg has no call for "BEGIN and more in one message", so this drives its transaction state as
     `Transaction.start()` would: the transaction is registered (asyncpg's and SQLAlchemy's) before

@@ -318,7 +318,8 @@ async def test_begin_with_a_failing_statement_raises_sqlalchemys_error_and_rolls
             async with db.write() as conn:
                 await begin_with(conn, locks.lock_one("s"), (_DIVIDE, {"by": 0}))
         async with db.write() as conn:  # the same connection, usable, in a new transaction
-            assert await begin_with(conn, locks.lock_one("s"), (_DIVIDE, {"by": 1}))
+            await locks.lock_sessions(conn, ["s"])
+            assert [r.q for r in await _DIVIDE.rows(conn, {"by": 1})] == [1]
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
     finally:
         await db.dispose()
@@ -339,9 +340,9 @@ async def test_begin_with_prepares_each_statement_once_per_connection(pg_url: st
         await db.dispose()
 
 
-async def test_after_a_failed_prepare_the_connection_writes_statements_out(pg_url: str) -> None:
+async def test_after_a_failed_prepare_the_connection_runs_statements_as_usual(pg_url: str) -> None:
     # Whether a PREPARE in a failed message took is unknown (it outlives the failed transaction, or
-    # never ran): the connection stops preparing and sends its statements in full, and still works.
+    # never ran): the connection sends no more such messages, and its statements still run.
     db = Database(pg_url, pool_size=1)
     dialect = db.engine.sync_engine.dialect
     try:
@@ -350,10 +351,11 @@ async def test_after_a_failed_prepare_the_connection_writes_statements_out(pg_ur
                 await begin_with(conn, (_DIVIDE, {"by": 0}))
         for _ in range(2):
             async with db.write() as conn:
-                assert await begin_with(conn, (_DIVIDE, {"by": 2}), locks.lock_one("s"))
+                assert not await begin_with(conn, locks.lock_one("s"))
+                await locks.lock_sessions(conn, ["s"])  # the usual way
+                assert [r.q for r in await _DIVIDE.rows(conn, {"by": 1})] == [1]
                 prepared = await conn.execute(text("SELECT name FROM pg_prepared_statements"))
-                names = set(prepared.scalars())
-                assert locks._LOCK_ONE.server_name(dialect) not in names
+                assert locks._LOCK_ONE.server_name(dialect) not in set(prepared.scalars())
     finally:
         await db.dispose()
 
