@@ -298,3 +298,48 @@ async def test_a_touch_that_keeps_the_pending_action_skips_the_summary_but_still
             (event,) = await until_sentinel(svc, queue)
         # The live projector is told the summaries are current: nothing moved them.
         assert event["projected"] is True
+
+
+def _finds_the_session(sql: str) -> bool:
+    """The statement that finds a bundle's session (and on PostgreSQL takes its lock)."""
+    return "found_locked" in sql or sql.startswith("SELECT task_session_messages.session_id")
+
+
+async def test_a_respond_to_a_bundle_this_process_asked_locks_its_session_without_a_lookup(
+    db: Database,
+) -> None:
+    # A bundle never changes session: the process that asked it knows the session, so the respond
+    # starts by locking it (on PostgreSQL in BEGIN's own message) instead of finding it first.
+    async with running(db, heartbeat_seconds=3600.0) as svc:
+        await svc.waiters.stop()
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id)
+        agent.wait()
+        sql: list[str] = []
+
+        def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            sql.append(statement)
+
+        event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+            assert isinstance(await agent.outcome(), Answered)
+        finally:
+            event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+        await agent.close()
+        assert not any(_finds_the_session(s) for s in sql)
+        if not db.is_sqlite:
+            assert sql[0].startswith("BEGIN;")
+        # Another process (here: one that forgot) finds the session through the bundle, as before.
+        other = await Agent.ask(svc, session_id)
+        other.wait()
+        svc.clarifications._session_of.clear()
+        sql.clear()
+        event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+        try:
+            await svc.clarifications.respond(other.pending_id, yes("q1"), rejected=False, authorize=trusted)
+            assert isinstance(await other.outcome(), Answered)
+        finally:
+            event.remove(db.engine.sync_engine, "before_cursor_execute", record)
+        await other.close()
+        assert _finds_the_session(sql[0])
