@@ -6,8 +6,11 @@ LOCK := requirements.lock
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha1sum | cut -c1-12)
 UV := uv==0.13.8
 PYTEST_ARGS ?=
+# Run a second time by `make test` with the database fast path off (TURNWISE_DB_FAST_PATH=0: every
+# statement through plain SQLAlchemy), so both paths stay equivalent; not the browser tests.
+DB_SUITES := tests/repository tests/services tests/lifecycle tests/resume
 
-.PHONY: install lock assets browser run serve test test-fast lint fmt schema bench scenarios clean
+.PHONY: install lock assets browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
 
 # Exact versions (runtime + dev + redis extra) come from the hashed lock; the project itself adds none.
 # `pip check` fails when pyproject.toml names a dependency the lock lacks: run `make lock`.
@@ -31,7 +34,11 @@ assets:
 	bash scripts/install-assets.sh
 
 browser:
-	bash scripts/ensure-chromium.sh
+	bash scripts/ensure-apt.sh /usr/bin/chromium chromium
+
+# PgBouncer for the database-fault tests (tests/dbfaults), started by the tests themselves.
+pgbouncer:
+	bash scripts/ensure-apt.sh /usr/sbin/pgbouncer pgbouncer
 
 run: install assets
 	$(BIN)/turnwise demo
@@ -51,8 +58,9 @@ fmt: install
 schema: install
 	$(BIN)/turnwise export-schema --output schema.graphql
 
-test: install assets browser lint
+test: install assets browser pgbouncer lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	TURNWISE_DB_FAST_PATH=0 $(BIN)/python -m pytest -q -p no:cacheprovider $(DB_SUITES) $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -q -x -m "not browser" $(PYTEST_ARGS)

@@ -21,7 +21,11 @@ from backend.config import Settings
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:  # a setting that cannot be read (TURNWISE_DB_POOLER=..., say)
+        print(f"turnwise: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     overrides = {
         k: v
         for k, v in {
@@ -155,9 +159,10 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from backend.db.engine import Database
 
     async def run() -> None:
-        db = Database(_settings(args).database_url)
+        settings = _settings(args)
+        db = Database(settings.database_url, fast_path=settings.db_fast_path, pooler=settings.db_pooler)
         try:
-            await migrate.upgrade(db)
+            await migrate.upgrade(db, url=settings.migrate_database_url)
             print(f"database at revision {await migrate.current_revision(db)}")
         finally:
             await db.dispose()

@@ -31,6 +31,28 @@ def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(p.strip() for p in raw.split(",") if p.strip())
 
 
+# TURNWISE_DB_POOLER: the connection pooler between Turnwise and PostgreSQL, when there is one.
+POOLERS = ("pgbouncer",)
+
+
+def db_fast_path(raw: str | None) -> bool:
+    """TURNWISE_DB_FAST_PATH: on unless "0", "false" or "no" (any case)."""
+    return (raw or "").strip().lower() not in ("0", "false", "no")
+
+
+def db_pooler(raw: str | None) -> str | None:
+    """TURNWISE_DB_POOLER: None (unset or empty) or "pgbouncer"; anything else is a ValueError."""
+    value = (raw or "").strip().lower()
+    if not value:
+        return None
+    if value not in POOLERS:
+        raise ValueError(
+            f"TURNWISE_DB_POOLER must be one of {', '.join(POOLERS)} or unset (got {raw!r}): "
+            "pgbouncer means PgBouncer in pool_mode = transaction between Turnwise and PostgreSQL"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -70,6 +92,19 @@ class Settings:
     # burst, closed again after use): a connection opened per transaction costs more than the
     # transaction. Each worker has its own pool; PostgreSQL's max_connections must cover them all.
     db_pool_size: int = 20
+    # The database fast path (backend/db/prepared.py): TURNWISE_DB_FAST_PATH=0 runs every statement
+    # through plain SQLAlchemy instead.
+    db_fast_path: bool = True
+    # TURNWISE_DB_POOLER=pgbouncer: PostgreSQL through PgBouncer in transaction pooling (no named
+    # prepared statements, asyncpg's statement caches off). None: connected directly.
+    db_pooler: str | None = None
+    # While the database is gone or frozen, a connect and each statement give up after these, so an
+    # operation fails within about 5 s with a retryable error instead of hanging.
+    db_connect_timeout_seconds: float = 2.0
+    db_statement_timeout_seconds: float = 2.0
+    # Migrations on a connection of their own (a direct one, when the service goes through PgBouncer);
+    # unset: the service's own URL.
+    migrate_database_url: str | None = None
     # uvicorn's per-request access log (TURNWISE_ACCESS_LOG=1); off by default, it costs on the hot path.
     access_log: bool = False
     # permessage-deflate on WebSockets: off, since an operation's messages are small and compressing
@@ -111,6 +146,15 @@ class Settings:
             scripted_log=os.environ.get("TURNWISE_SCRIPTED_LOG") or None,
             workers=_int("TURNWISE_WORKERS", base.workers),
             db_pool_size=_int("TURNWISE_DB_POOL_SIZE", base.db_pool_size),
+            db_fast_path=db_fast_path(os.environ.get("TURNWISE_DB_FAST_PATH")),
+            db_pooler=db_pooler(os.environ.get("TURNWISE_DB_POOLER")),
+            db_connect_timeout_seconds=_float(
+                "TURNWISE_DB_CONNECT_TIMEOUT_SECONDS", base.db_connect_timeout_seconds
+            ),
+            db_statement_timeout_seconds=_float(
+                "TURNWISE_DB_STATEMENT_TIMEOUT_SECONDS", base.db_statement_timeout_seconds
+            ),
+            migrate_database_url=os.environ.get("TURNWISE_MIGRATE_DATABASE_URL") or None,
             access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
             ws_compression=os.environ.get("TURNWISE_WS_COMPRESSION", "") in ("1", "true", "yes"),
         )
@@ -121,6 +165,15 @@ class Settings:
             return f"--workers must be at least 1 (got {self.workers})"
         if self.db_pool_size < 1:
             return f"TURNWISE_DB_POOL_SIZE must be at least 1 (got {self.db_pool_size})"
+        if self.db_pooler is not None:
+            try:
+                db_pooler(self.db_pooler)
+            except ValueError as exc:
+                return str(exc)
+            if self.database_url.startswith("sqlite"):
+                return (
+                    f"TURNWISE_DB_POOLER={self.db_pooler} needs a postgresql+asyncpg:// TURNWISE_DATABASE_URL"
+                )
         if self.workers == 1:
             return None
         if self.database_url.startswith("sqlite"):

@@ -2,11 +2,15 @@
 
 `await hit("name")` ends the process abruptly (no cleanup, no commit of anything still open), like a
 crash at that line. `check("name")` raises InjectedFault instead, for failure modes that a running
-process must survive (e.g. a repository read failing). Production configures no points.
+process must survive (e.g. a repository read failing). `await hit("name")` also waits
+TURNWISE_FAULT_DELAY_SECONDS (default 5) where `delay:name` is configured: a window between two
+steps in which a test breaks something outside the process (stops the database, say). Production
+configures no points.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -34,6 +38,9 @@ def configured() -> frozenset[str]:
 
 
 async def hit(name: str) -> None:
+    if _points and f"delay:{name}" in _points:
+        log.warning("fault point reached: waiting", extra={"event": "fault.delay", "point": name})
+        await asyncio.sleep(float(os.environ.get("TURNWISE_FAULT_DELAY_SECONDS") or 5))
     if name in _points:
         log.warning("fault point reached: exiting", extra={"event": "fault.crash", "point": name})
         sys.stdout.flush()

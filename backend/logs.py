@@ -1,13 +1,59 @@
-"""Log lines for operators: the message, then the structured fields a call passed in `extra`."""
+"""Log lines for operators: the message, then the structured fields a call passed in `extra`.
+
+One record is one line, whatever its text holds: a record's message and fields often carry text a
+client chose (an id, a name, an error message), and a line break in it would otherwise end the
+record early and start what reads as another (`...\\n2026-12-01 ... INFO turnwise.access task
+granted`). So on the record's line:
+
+- control characters of the message and of every field's name and value are escaped: `\\n`, `\\r`,
+  `\\t`, others as `\\xNN` (C0, DEL, C1) or `\\uNNNN` (U+2028, U+2029); the set is the one stored
+  names refuse (`backend.domain.names.CONTROL`). Other backslashes are kept as they are: the
+  escapes keep a line safe to read, they are not meant to be decoded back;
+- a field value that is empty or holds a space, `"` or `=` is quoted (`error="task 'x' not found"`,
+  `\\"` and `\\\\` inside), so a value can never pass for further fields.
+
+The one multi-line part is a traceback (and a stack, with `stack_info`), below its record's line:
+every one of its lines starts with `| `, a start no record line has (those start with the time),
+and has its own control characters escaped the same way, so a line break inside an exception's
+message continues the traceback instead of starting a record. No JSON format is defined here.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 
+from backend.domain.names import CONTROL
+
 # What every LogRecord carries; anything else on a record came from `extra=`.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+CONTINUATION = "| "
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_of(char: str) -> str:
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+# Built from the one definition of a control character, so the two can never disagree.
+_ESCAPES = {code: _escape_of(chr(code)) for code in range(0x2030) if CONTROL.match(chr(code))}
+
+
+def escape(text: str) -> str:
+    """`text` with its control characters as backslash escapes; unchanged (not copied) without any."""
+    if CONTROL.search(text) is None:
+        return text
+    return text.translate(_ESCAPES)
+
+
+def _value(value: object) -> str:
+    text = str(value)
+    if text and " " not in text and '"' not in text and "=" not in text:
+        return escape(text)
+    return '"' + escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 class FieldsFormatter(logging.Formatter):
@@ -27,14 +73,29 @@ class FieldsFormatter(logging.Formatter):
         return self.default_msec_format % (self._stamp, record.msecs)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        # logging.Formatter.format, except that the record's line is escaped as a whole before the
+        # traceback joins it (the base class appends the traceback to the message unescaped).
+        record.message = record.getMessage()
+        if self.usesTime():
+            record.asctime = self.formatTime(record, self.datefmt)
+        line = escape(self.formatMessage(record))
         fields = [
-            f"{k}={v}" for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")
+            f"{escape(k)}={_value(v)}"
+            for k, v in record.__dict__.items()
+            if k not in _STANDARD and not k.startswith("_")
         ]
-        if not fields:
+        if fields:
+            line = f"{line} {' '.join(fields)}"
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)  # cached, as the base class does
+        below = [record.exc_text] if record.exc_text else []
+        if record.stack_info:
+            below.append(self.formatStack(record.stack_info))
+        if not below:
             return line
-        head, sep, rest = line.partition("\n")  # a traceback stays below the fields
-        return f"{head} {' '.join(fields)}{sep}{rest}"
+        # Split on line feeds only: any other line break is escaped within its continuation line.
+        rest = [f"{CONTINUATION}{escape(part)}" for text in below for part in text.split("\n")]
+        return "\n".join([line, *rest])
 
 
 def configure(level: int = logging.INFO) -> None:

@@ -75,6 +75,17 @@ BUS_CONNECTED = Gauge(
 BUS_RECONNECTS = Counter(
     "turnwise_bus_reconnects", "Times the event bus was lost and came back (resubscribed, snapshots sent)."
 )
+DB_UP = Gauge(
+    "turnwise_db_up",
+    "1 while the database answers, 0 from a failed connect or a lost connection until one succeeds "
+    "(the lowest over workers).",
+    multiprocess_mode="livemin",
+)
+DB_CONNECTION_FAILURES = Counter(
+    "turnwise_db_connection_failures",
+    "Connects that failed, statements whose connection was lost or got no reply, and pooled "
+    "connections found closed by the server (replaced before use).",
+)
 DB_STATEMENTS = Counter("turnwise_db_statements", "SQL statements sent to the database (not BEGIN/COMMIT).")
 DB_TRANSACTIONS = Counter(
     "turnwise_db_transactions",
@@ -104,6 +115,9 @@ def instrument(db: Database) -> None:
         rollbacks.inc()
         _report_statements(db)
 
+    DB_UP.set(1 if db.health.up else 0)
+    db.health.listeners.append(lambda up: DB_UP.set(1 if up else 0))
+    db.health.failure_listeners.append(DB_CONNECTION_FAILURES.inc)
     event.listen(sync_engine, "commit", count_commit)
     event.listen(sync_engine, "rollback", count_rollback)
     if not db.is_sqlite:

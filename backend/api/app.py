@@ -59,7 +59,14 @@ def create_app(
     after_start: Callable[[Services], Awaitable[None]] | None = None,
 ) -> Starlette:
     """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
-    db = Database(settings.database_url, pool_size=settings.db_pool_size)
+    db = Database(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        connect_timeout=settings.db_connect_timeout_seconds,
+        statement_timeout=settings.db_statement_timeout_seconds,
+        fast_path=settings.db_fast_path,
+        pooler=settings.db_pooler,
+    )
     metrics.instrument(db)
     bus = EventBus(
         settings.broadcast_url,
@@ -75,7 +82,7 @@ def create_app(
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         try:
             if auto_migrate:
-                await migrate.upgrade(db)
+                await migrate.upgrade(db, url=settings.migrate_database_url)
             elif not await migrate.is_current(db):
                 raise RuntimeError("database schema is not current: run `turnwise migrate`")
             async with db.write() as conn:

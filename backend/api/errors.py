@@ -9,18 +9,19 @@ import uuid
 from graphql.error import GraphQLError
 from strawberry.extensions import MaskErrors
 
-from backend.domain.errors import TurnwiseError
+from backend.db.health import is_outage
+from backend.domain.errors import TurnwiseError, Unavailable
 
 log = logging.getLogger("turnwise.api")
 
 
-def _is_expected(error: GraphQLError) -> bool:
+def is_expected(error: GraphQLError) -> bool:
     original = error.original_error
     # No original error: parse/validation errors, which are safe and useful to show.
     return original is None or isinstance(original, TurnwiseError | GraphQLError)
 
 
-def _document_error_code(error: GraphQLError) -> str:
+def document_error_code(error: GraphQLError) -> str:
     """Every error carries a code, also the ones graphql-core raises before any resolver runs."""
     if error.message.startswith("Syntax Error"):
         return "GRAPHQL_PARSE_FAILED"
@@ -50,11 +51,28 @@ class ErrorPolicy(MaskErrors):
 
     def anonymise_error(self, error: GraphQLError) -> GraphQLError:
         original = error.original_error
-        if _is_expected(error):
+        if original is not None and not isinstance(original, TurnwiseError) and is_outage(original):
+            # Not a defect: the database is gone for now. Typed, retryable, one line in the log.
+            log.warning(
+                "database unavailable at %s",
+                error.path,
+                extra={"event": "api.unavailable", "error": type(original).__name__},
+            )
+            original = Unavailable()
+            return GraphQLError(
+                message=str(original),
+                nodes=error.nodes,
+                source=error.source,
+                positions=error.positions,
+                path=error.path,
+                original_error=None,
+                extensions={"code": original.code, "retryable": True},
+            )
+        if is_expected(error):
             extensions = dict(error.extensions or {})
             if isinstance(original, TurnwiseError):
                 extensions["code"] = original.code
-            extensions.setdefault("code", _document_error_code(error))
+            extensions.setdefault("code", document_error_code(error))
             return GraphQLError(
                 message=error.message,
                 nodes=error.nodes,

@@ -17,7 +17,8 @@ from backend import jsoncodec
 from backend.api import graphiql
 from backend.api.auth import Authenticator, bearer_from_header, bearer_from_params
 from backend.api.context import Context
-from backend.domain.errors import TurnwiseError
+from backend.db.health import is_outage
+from backend.domain.errors import TurnwiseError, Unavailable
 from backend.services.container import Services
 
 
@@ -59,6 +60,12 @@ class GraphQLView(GraphQL[Context, None]):
                 )
                 await response(scope, receive, send)
                 return
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                # A token not yet cached could not be looked up: the database is gone for now.
+                await unavailable_response()(scope, receive, send)
+                return
             scope.setdefault("state", {})["principal"] = principal
             try:
                 response = await self.run(request)
@@ -94,4 +101,22 @@ class GraphQLView(GraphQL[Context, None]):
             )
         except TurnwiseError as exc:
             raise ConnectionRejectionError({"message": str(exc)}) from exc
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            unavailable = Unavailable()
+            raise ConnectionRejectionError(
+                {"message": str(unavailable), "code": unavailable.code, "retryable": True}
+            ) from exc
         return None
+
+
+def unavailable_response() -> Response:
+    """What an HTTP request gets when the database is gone before its operation could start."""
+    unavailable = Unavailable()
+    body = {
+        "errors": [{"message": str(unavailable), "extensions": {"code": unavailable.code, "retryable": True}}]
+    }
+    return Response(
+        json.dumps(body), status_code=503, media_type="application/json", headers={"Retry-After": "1"}
+    )

@@ -28,6 +28,7 @@ from starlette.types import Receive, Scope, Send
 from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.hygiene import PROBLEM, storable
+from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
     BrokenInvariant,
@@ -36,6 +37,7 @@ from backend.domain.errors import (
     NotFound,
     TurnwiseError,
     Unauthenticated,
+    Unavailable,
 )
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus
@@ -315,6 +317,14 @@ class McpEndpoint:
             )
             await response(scope, receive, send)
             return
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            unavailable = JSONResponse(
+                {"error": f"{Unavailable()} (retryable)"}, status_code=503, headers={"Retry-After": "1"}
+            )
+            await unavailable(scope, receive, send)
+            return
         scope[PRINCIPAL_KEY] = principal
         await self.session_manager.handle_request(scope, receive, send)
 
@@ -343,6 +353,11 @@ class McpEndpoint:
             return error(f"{_tool_field(exc.field)}: {str(exc).split(': ', 1)[-1]}")
         except TurnwiseError as exc:
             return error(str(exc))
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # The agent may call the tool again: nothing it could act on was decided.
+            return error(f"{Unavailable()} (retryable)")
 
     # --- ask_user_question ------------------------------------------------------------------------
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 import strawberry
+from graphql import GraphQLError
 from strawberry.schema.config import StrawberryConfig
+from strawberry.types import ExecutionContext
 
 from backend.api.admin import AccessMutations, AccessQueries
 from backend.api.agents import AgentMutations, AgentSubscriptions
@@ -14,11 +17,15 @@ from backend.api.clarifications import (
     ClarificationQueries,
     ClarificationSubscriptions,
 )
+from backend.api.errors import document_error_code, is_expected
 from backend.api.execution import PlainFieldExecutor
 from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.policy import operation_policy
 from backend.api.scalars import DateTime
+from backend.domain.errors import TurnwiseError
+
+log = logging.getLogger("turnwise.api")
 
 
 @strawberry.type
@@ -36,10 +43,70 @@ class Subscription(AgentSubscriptions, LiveSubscriptions, ClarificationSubscript
     pass
 
 
+# One request can hold many errors (a document of unknown fields, say): past these, one line counts
+# the rest, and a long message or operation name is cut, so a client cannot fill the log by itself.
+LOGGED_ERRORS = 10
+LOGGED_TEXT = 300
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= LOGGED_TEXT else f"{text[:LOGGED_TEXT]}..."
+
+
+def _code(error: GraphQLError) -> str:
+    """The code the client is told (the same rule as `ErrorPolicy.anonymise_error`)."""
+    original = error.original_error
+    if isinstance(original, TurnwiseError):
+        return original.code
+    code = (error.extensions or {}).get("code")
+    return code if isinstance(code, str) else document_error_code(error)
+
+
+class TurnwiseSchema(strawberry.Schema):
+    """Strawberry's schema with our log of an operation's errors.
+
+    Strawberry's `Schema.process_errors` logs every error at ERROR with its traceback, so a wrong id
+    or a typo in a query looked like a defect, several lines each. Here an expected error (a
+    `TurnwiseError`, a parse or validation error: what `ErrorPolicy` shows the client as it is) is one
+    INFO line without a traceback. An unexpected one is not logged here: `ErrorPolicy` logs it once,
+    with its traceback and the id the client is told.
+    """
+
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
+    ) -> None:
+        expected = [e for e in errors if is_expected(e)]
+        if not expected:
+            return
+        operation = None if execution_context is None else execution_context.operation_name
+        named = {} if operation is None else {"operation": _short(operation)}
+        for error in expected[:LOGGED_ERRORS]:
+            where = {} if not error.path else {"path": ".".join(str(p) for p in error.path)}
+            log.info(
+                "client error",
+                extra={
+                    "event": "graphql.client_error",
+                    **named,
+                    "code": _code(error),
+                    **where,
+                    "error": _short(error.message),
+                },
+            )
+        if len(expected) > LOGGED_ERRORS:
+            log.info(
+                "client errors not logged",
+                extra={
+                    "event": "graphql.client_errors_omitted",
+                    **named,
+                    "count": len(expected) - LOGGED_ERRORS,
+                },
+            )
+
+
 def build_schema(
     *, max_depth: int = 12, max_tokens: int = 5000, max_bytes: int = 64_000
 ) -> strawberry.Schema:
-    return strawberry.Schema(
+    return TurnwiseSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,

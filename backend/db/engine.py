@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,9 +15,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
-from sqlalchemy.util import await_only
 
 from backend import jsoncodec
+from backend.config import db_fast_path, db_pooler
+from backend.db import health, prepared
+from backend.db.health import Health
 from backend.faults import InjectedFault
 
 # How a failing database (or a fault point standing in for one) reaches the code above it: callers that
@@ -31,6 +34,18 @@ def utcnow() -> dt.datetime:
 
 # A pooled PostgreSQL connection idle longer than this is pinged before reuse (see `_install_hooks`).
 IDLE_PING_SECONDS = 5.0
+# While PostgreSQL is gone or frozen, a connect and each statement give up after these (and a unit
+# waits at most CONNECT_TIMEOUT_SECONDS for a pooled connection): every operation then fails within
+# about two of them, well inside the 5 s a person or an agent is promised.
+CONNECT_TIMEOUT_SECONDS = 2.0
+STATEMENT_TIMEOUT_SECONDS = 2.0
+
+
+def unnamed_statement() -> str:
+    """The name SQLAlchemy's asyncpg adapter prepares each statement under in pooler mode: the
+    protocol's unnamed statement (each is prepared and run within one transaction, so on one server
+    connection behind PgBouncer, and replaced by the next; nothing named is left on any server)."""
+    return ""
 
 
 class Database:
@@ -44,9 +59,20 @@ class Database:
         echo: bool = False,
         pool_size: int = 20,
         idle_ping_seconds: float = IDLE_PING_SECONDS,
+        connect_timeout: float | None = CONNECT_TIMEOUT_SECONDS,
+        statement_timeout: float | None = STATEMENT_TIMEOUT_SECONDS,
+        fast_path: bool | None = None,
+        pooler: str | None = None,
     ) -> None:
         self.url = url
+        # The fast path (`prepared`) and the pooler mode; None: from TURNWISE_DB_FAST_PATH (on
+        # unless "0", "false", "no") and TURNWISE_DB_POOLER (unset, or "pgbouncer").
+        self.fast_path = (
+            db_fast_path(os.environ.get("TURNWISE_DB_FAST_PATH")) if fast_path is None else fast_path
+        )
+        self.pooler = db_pooler(os.environ.get("TURNWISE_DB_POOLER") if pooler is None else pooler)
         self.idle_ping_seconds = idle_ping_seconds
+        self.health = Health()
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
         # JSON columns (message metadata, summaries) encode and decode with orjson.
@@ -54,8 +80,12 @@ class Database:
             "echo": echo,
             "json_serializer": jsoncodec.dumps,
             "json_deserializer": jsoncodec.loads,
+            # Read by `prepared` on every connection of this engine (a connection may override them).
+            "execution_options": prepared.engine_options(fast_path=self.fast_path, pooler=self.pooler),
         }
         if self.dialect == "sqlite":
+            if self.pooler is not None:
+                raise ValueError(f"TURNWISE_DB_POOLER={self.pooler} needs PostgreSQL, not SQLite")
             database = parsed.database or ""
             if database and database != ":memory:":
                 Path(database).parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +96,25 @@ class Database:
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
+            # Bounded waits while the server is gone (see `health`): a connect, each statement (a
+            # frozen server answers nothing), and a turn for a pooled connection.
+            connect_args = kwargs.setdefault("connect_args", {})
+            if connect_timeout is not None:
+                connect_args["timeout"] = connect_timeout
+                kwargs["pool_timeout"] = connect_timeout
+            if statement_timeout is not None:
+                connect_args["command_timeout"] = statement_timeout
+            if self.pooler == "pgbouncer":
+                # PgBouncer in transaction pooling: consecutive transactions may run on different
+                # server connections, so nothing prepared under a name may outlive a transaction.
+                # asyncpg's statement cache off (its `fetch` then uses the unnamed statement), and
+                # SQLAlchemy's adapter's cache off with the name function its asyncpg dialect documents
+                # for PgBouncer, giving the unnamed statement too (prepared and used in one
+                # transaction, nothing left behind on any server); `prepared.begin_with` and
+                # `run_alone` prepare nothing (they answer "cannot").
+                connect_args["statement_cache_size"] = 0
+                connect_args["prepared_statement_cache_size"] = 0
+                connect_args["prepared_statement_name_func"] = unnamed_statement
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0
@@ -82,8 +131,15 @@ class Database:
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
 
+    @property
+    def sends_messages(self) -> bool:
+        """Can `prepared.begin_with` / `run_alone` send a unit's statements as one message? (PostgreSQL,
+        the fast path on, no pooler: elsewhere they answer "cannot", so an `alone()` unit is wasted.)"""
+        return not self.is_sqlite and self.fast_path and self.pooler is None
+
     def _install_hooks(self) -> None:
         sync_engine = self.engine.sync_engine
+        health.install(sync_engine, self.health, asyncpg=not self.is_sqlite)
 
         @event.listens_for(sync_engine, "before_cursor_execute")
         def _count(*_: Any) -> None:
@@ -91,6 +147,8 @@ class Database:
 
         if not self.is_sqlite:
             self._install_idle_ping()
+            # A connection whose prepared statements vanished (SQLSTATE 26000) is replaced.
+            prepared.install_repair(sync_engine)
             return
 
         @event.listens_for(sync_engine, "connect")
@@ -106,19 +164,12 @@ class Database:
 
         @event.listens_for(sync_engine, "begin")
         def _begin(conn: Any) -> None:
-            immediate = conn.get_execution_options().get("turnwise_write", False)
+            immediate = conn.get_execution_options().get(prepared.WRITE, False)
             sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"
-            # Straight on the driver (one hop to aiosqlite's thread, where it may wait for the
-            # writer lock) instead of SQLAlchemy's execution path, which cost more than the BEGIN;
-            # counted and, on failure, translated and handled as that path would.
-            self.statements += 1
+            # With the fast path straight on the driver, else through `exec_driver_sql`; either way
+            # a statement to `before/after_cursor_execute` (so counted by `_count`) and the log.
             self.begins += 1
-            try:
-                await_only(conn.connection.dbapi_connection._connection.execute(sql))
-            except BaseException as exc:  # noqa: BLE001 - re-raised by SQLAlchemy as its own error
-                # As on SQLAlchemy's own path: a cancellation mid-BEGIN (which may still be waiting
-                # for the lock on aiosqlite's thread) invalidates the connection, never pooling it.
-                conn._handle_dbapi_exception(exc, sql, (), None, None)
+            prepared.begin_sqlite(conn, sql)
 
     def _install_idle_ping(self) -> None:
         """Ping a pooled connection only when it sat idle, instead of on every checkout.
@@ -154,27 +205,72 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            self.transactions += 1
-            async with conn.begin():
-                yield conn
+        opened = False
+        try:
+            async with self.engine.connect() as conn:
+                opened = True
+                self.transactions += 1
+                async with conn.begin():
+                    yield conn
+        except Exception as exc:
+            self._raise_outage(exc, connecting=not opened)
+            raise
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        async with self.engine.connect() as conn:
-            if self.is_sqlite:  # read by the BEGIN hook: writers take SQLite's writer lock up front
-                conn = await conn.execution_options(turnwise_write=True)
-            self.transactions += 1
-            async with conn.begin():
-                yield conn
+        opened = False
+        try:
+            async with self.engine.connect() as conn:
+                opened = True
+                if self.is_sqlite:  # read by the BEGIN hook: writers take SQLite's writer lock up front
+                    conn = await conn.execution_options(turnwise_write=True)
+                self.transactions += 1
+                async with conn.begin():
+                    yield conn
+        except Exception as exc:
+            self._raise_outage(exc, connecting=not opened)
+            raise
 
     @asynccontextmanager
     async def alone(self) -> AsyncIterator[AsyncConnection]:
         """A connection that begins no transaction (PostgreSQL), for `prepared.run_alone`: the one
         message it sends is its own transaction."""
-        async with self.engine.connect() as conn:
-            self.transactions += 1
-            yield conn
+        opened = False
+        try:
+            async with self.engine.connect() as conn:
+                opened = True
+                self.transactions += 1
+                yield conn
+        except Exception as exc:
+            self._raise_outage(exc, connecting=not opened)
+            raise
+
+    def _raise_outage(self, exc: Exception, *, connecting: bool) -> None:
+        """Mark the database down on an outage; a connect's raw refusal or timeout (which the driver
+        raises as it is) is raised as `DatabaseOutage`. Returns for anything else."""
+        if connecting and isinstance(exc, OSError | TimeoutError):
+            self.health.failed(exc)
+            raise health.DatabaseOutage(None, None, exc, connection_invalidated=True) from exc
+        if health.is_outage(exc):
+            self.health.failed(exc)
+
+    async def probe(self) -> bool:
+        """One round trip on a pooled connection: does the database answer now? (Marks the health.)"""
+        opened = False
+        try:
+            async with self.engine.connect() as conn:
+                opened = True
+                await conn.exec_driver_sql("SELECT 1")
+        except Exception as exc:
+            try:
+                self._raise_outage(exc, connecting=not opened)
+            except health.DatabaseOutage:
+                return False
+            if health.is_outage(exc):
+                return False
+            raise
+        self.health.answered()
+        return True
 
     async def dispose(self) -> None:
         await self.engine.dispose()

@@ -28,13 +28,22 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
-async def upgrade(db: Database, target: str = "head") -> None:
+async def upgrade(db: Database, target: str = "head", *, url: str | None = None) -> None:
+    """Apply migrations up to `target`. On PostgreSQL they run on a connection of their own, without
+    the service's statement timeout (a migration may rightly take long), and at `url` when given
+    (`TURNWISE_MIGRATE_DATABASE_URL`: a direct connection where the service goes through PgBouncer)."""
+
     def run(sync_conn: Connection) -> None:
         command.upgrade(alembic_config(sync_conn), target)
 
-    async with db.engine.connect() as conn:
-        await conn.run_sync(run)
-        await conn.commit()
+    runner = db if db.is_sqlite else Database(url or db.url, pool_size=1, statement_timeout=None)
+    try:
+        async with runner.engine.connect() as conn:
+            await conn.run_sync(run)
+            await conn.commit()
+    finally:
+        if runner is not db:
+            await runner.dispose()
 
 
 async def current_revision(db: Database) -> str | None:

@@ -7,21 +7,38 @@ statements. A `Prepared` keeps everything SQLAlchemy decides once — the SQL te
 the order of the positional parameters, the bind and result processors of the statement's own
 types (so values come back exactly as `conn.execute` would return them) — and on each call only
 processes the parameters and runs the text on the driver connection of the caller's transaction:
-asyncpg's `fetch` (with its own prepared-statement cache) or, on SQLite, the connection itself
-inside a write unit that holds the writer lock (`_inline_sqlite`), else aiosqlite's `execute_fetchall`.
+asyncpg's `fetch` (with its own prepared-statement cache, off in pooler mode) or, on SQLite, the
+connection itself inside a write unit that holds the writer lock (`_inline_sqlite`), else
+aiosqlite's `execute_fetchall`.
 
 What stays SQLAlchemy's: the transaction (begun by `Database.read()/write()`; on asyncpg SQLAlchemy
 starts it lazily, so the first prepared statement of a transaction starts it the same way), the
-`before_cursor_execute` event (statement counters see these statements too) and error handling: a
-driver error is translated and raised as the same `sqlalchemy.exc.DBAPIError` subclass, and a lost
-connection invalidates the pool exactly as through `conn.execute`.
+`before_cursor_execute` and `after_cursor_execute` events, in pairs, with SQLAlchemy's arguments
+(statement counters and instrumentation such as OpenTelemetry's see these statements too; the
+context is a `FastPathContext`), the `sqlalchemy.engine` log (`echo=True`), and error handling: a
+driver error is translated and raised as the same `sqlalchemy.exc.DBAPIError` subclass, through the
+`handle_error` event, and a lost connection invalidates the pool exactly as through `conn.execute`.
+The private names of SQLAlchemy and aiosqlite this needs are all in `backend/db/driver_adapter.py`.
+
+The switch: the engine's execution option `turnwise_fast_path` (`Database(fast_path=...)`,
+`TURNWISE_DB_FAST_PATH=0`; a connection's own option overrides it). Off, every call is
+`conn.execute(statement, params)` and `begin_with` / `run_alone` answer "cannot", so callers take
+their usual path. `turnwise_pooler` ("pgbouncer") keeps the fast path but prepares nothing by name:
+`begin_with` / `run_alone` answer "cannot" (see `Database`, which also turns asyncpg's statement
+caches off).
 
 Only statements whose parameters are all plain binds qualify (no expanding `IN` lists, no literal
-execution) and inserts must not rely on Python-side column defaults; both are refused when the
-statement is first compiled.
+execution), whose result columns are labels or named columns, and inserts must not rely on
+Python-side column defaults; each is refused when the statement is first compiled.
 
 `begin_with` starts a PostgreSQL transaction with its first statements in BEGIN's own message: a
 unit of work's lock (and the summary row it holds) costs no round trip of its own.
+
+Server-prepared statements that vanished (SQLSTATE 26000, after `DISCARD ALL` / `DEALLOCATE ALL`):
+where the failing statement was the first of its transaction (nothing of the unit has run), the
+connection's prepared statements are all dropped and forgotten (ours, asyncpg's cache, SQLAlchemy's
+adapter cache) and the statement is redone, transparently; anywhere else `install_repair`'s
+`handle_error` listener replaces the connection, so that statement fails once and the next succeeds.
 """
 
 from __future__ import annotations
@@ -29,23 +46,43 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import hashlib
+import logging
 import re
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from asyncpg.transaction import TransactionState  # type: ignore[import-untyped]
-from sqlalchemy.engine import Dialect
+from asyncpg.exceptions import InvalidSQLStatementNameError  # type: ignore[import-untyped]
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Dialect, Engine, ExceptionContext
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnClause, Label
+from sqlalchemy.util import await_only
 
+from backend.db import driver_adapter as adapter
 from backend.domain.errors import BrokenInvariant
+
+# Engine (or connection) execution options read here; `Database` sets them on its engine.
+FAST_PATH = "turnwise_fast_path"
+POOLER = "turnwise_pooler"
+# Read by the SQLite inline path and the BEGIN hook: a write unit (BEGIN IMMEDIATE).
+WRITE = "turnwise_write"
+
+log = logging.getLogger("turnwise.db")
 
 # Values `begin_with` may write into its message as literals: ids and keys of our own alphabet
 # (nothing to escape, so nothing to get wrong); anything else makes it fall back to bind parameters.
 _SAFE_TEXT = re.compile(r"[A-Za-z0-9_.:\-]{0,200}")
+
+_VANISHED = "26000"  # invalid_sql_statement_name: a prepared statement this connection used is gone
+
+
+def engine_options(*, fast_path: bool, pooler: str | None) -> dict[str, Any]:
+    """The execution options `Database` gives its engine."""
+    return {FAST_PATH: fast_path, POOLER: pooler}
 
 
 class Row(tuple[Any, ...]):
@@ -62,6 +99,32 @@ class Row(tuple[Any, ...]):
 def _row_class(keys: Sequence[str]) -> type[Row]:
     base = collections.namedtuple("_Base", keys)  # type: ignore[misc]
     return type("Row", (base, Row), {"__slots__": ()})
+
+
+class FastPathContext:
+    """The `context` the fast path passes to `before_cursor_execute`, `after_cursor_execute` and
+    (as `ExceptionContext.execution_context`) `handle_error`, where SQLAlchemy passes its execution
+    context: one object per statement, the same for its before and after, so listeners that keep
+    their own state on it (OpenTelemetry keeps its span there) pair them. `compiled` is None (as
+    for `exec_driver_sql`), and so is `cursor`: the statement runs on the driver connection."""
+
+    compiled = None
+    cursor = None
+    isddl = False
+    is_crud = False
+
+    def __init__(
+        self, connection: Any, statement: str, parameters: Any, executemany: bool, invoked: Any = None
+    ) -> None:
+        self.root_connection = self.connection = connection
+        self.statement = statement
+        self.parameters = parameters
+        self.executemany = executemany
+        # The SQLAlchemy statement it was compiled from (None for a message of several).
+        self.invoked_statement = invoked
+
+    def handle_dbapi_exception(self, e: BaseException) -> None:
+        """Called by SQLAlchemy on a driver error, as on its own contexts; nothing to clean up."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +157,12 @@ class Prepared:
     async def rows(self, conn: AsyncConnection, params: Mapping[str, Any] | None = None) -> list[Any]:
         """Every row the statement returns (processed like `conn.execute` would)."""
         plan = self._plan(conn.dialect)
+        sync = conn.sync_connection
+        if sync is None or (options := sync.get_execution_options()).get(FAST_PATH) is False:
+            result = await conn.execute(self.statement, params)
+            return list(result.all()) if result.returns_rows else []
         args = _arguments(plan, params or {})
-        raw = await _run(conn, plan, args)
+        raw = await _run(conn, sync, options, self, plan, args)
         row, processors = plan.row, plan.processors
         if row is None:
             return []
@@ -109,10 +176,15 @@ class Prepared:
         plan = self._plan(conn.dialect)
         if plan.row is not None:
             raise BrokenInvariant("many() is for statements without RETURNING")
-        if len(params) == 1:
-            await _run(conn, plan, _arguments(plan, params[0]))
-        elif params:
-            await _run(conn, plan, [_arguments(plan, each) for each in params], many=True)
+        if not params:
+            return
+        sync = conn.sync_connection
+        if sync is None or (options := sync.get_execution_options()).get(FAST_PATH) is False:
+            await conn.execute(self.statement, params[0] if len(params) == 1 else list(params))
+        elif len(params) == 1:
+            await _run(conn, sync, options, self, plan, _arguments(plan, params[0]))
+        else:
+            await _run(conn, sync, options, self, plan, [_arguments(plan, p) for p in params], many=True)
 
     async def first(self, conn: AsyncConnection, params: Mapping[str, Any] | None = None) -> Any:
         found = await self.rows(conn, params)
@@ -146,33 +218,81 @@ class Prepared:
 _SERVER_PREPARED = "turnwise_server_prepared"
 
 
+class _MessageTransaction:
+    """The transaction a `begin_with` message began, as SQLAlchemy's asyncpg adapter holds one
+    (`start`, `commit`, `rollback`): its commit and rollback are plain COMMIT and ROLLBACK on the
+    driver connection, as asyncpg's own `Transaction` sends them."""
+
+    __slots__ = ("_driver",)
+
+    def __init__(self, driver: Any) -> None:
+        self._driver = driver
+
+    async def start(self) -> None:
+        raise BrokenInvariant("a message transaction is begun by its message")
+
+    async def commit(self) -> None:
+        await self._driver.execute("COMMIT")
+
+    async def rollback(self) -> None:
+        await self._driver.execute("ROLLBACK")
+
+
 @dataclass(slots=True)
 class _Message:
     """One simple-protocol message of prepared statements for a connection (see `begin_with`)."""
 
     conn: AsyncConnection
+    sync: Any
     fairy: Any
     adapted: Any
     driver: Any
-    parts: list[str]
-    # Names this message prepares, and the set of names the connection has.
-    new: list[str]
+    # Each statement with its values as literals.
+    statements: list[tuple[Prepared, list[str]]]
+    # The set of names the connection has prepared.
     prepared: set[str]
 
-    async def send(self, sql: str) -> str:
-        sync = self.conn.sync_connection
-        if sync is not None and (sync._has_events or sync.engine._has_events):
-            sync.dispatch.before_cursor_execute(sync, None, sql, [], None, False)
+    def parts(self, prepared: set[str]) -> tuple[list[str], list[str]]:
+        """The message's statements, and the names it prepares: each statement is prepared once per
+        connection, then executed by name (PostgreSQL parses and plans it once, not per message)."""
+        dialect = self.conn.dialect
+        parts: list[str] = []
+        new: list[str] = []
+        for statement, values in self.statements:
+            name = statement.server_name(dialect)
+            if name not in prepared and name not in new:
+                parts.append(f"PREPARE {name} AS {statement._plan(dialect).sql}")
+                new.append(name)
+            parts.append(f"EXECUTE {name}({', '.join(values)})" if values else f"EXECUTE {name}")
+        return parts, new
+
+    async def send(self, prefix: str, redo_prefix: str) -> str:
+        """Send `prefix` and the statements; where the connection's prepared statements vanished,
+        drop and forget them all, then send `redo_prefix` and the statements, each prepared anew.
+        The caller makes sure the first attempt's failure leaves nothing to undo but what
+        `redo_prefix` undoes (the message begins its transaction, or is one)."""
+        parts, new = self.parts(self.prepared)
+        sql = prefix + ";".join(parts)
+        context = FastPathContext(self.sync, sql, [], False)
+        sql, params = adapter.before_cursor_execute(self.sync, sql, [], context, False)
         try:
-            status: str = await self.driver.execute(sql)
+            try:
+                status: str = await self.driver.execute(sql)
+            except InvalidSQLStatementNameError:
+                await _forget_server_statements(self.fairy, self.adapted, self.driver)
+                self.prepared = set()
+                parts, new = self.parts(self.prepared)
+                status = await self.driver.execute(redo_prefix + "DEALLOCATE ALL;" + ";".join(parts))
+                self.fairy.info[_SERVER_PREPARED] = (self.driver, self.prepared)
         except BaseException as exc:
-            if self.new:
+            if new:
                 # A PREPARE outlives a failed transaction, or never ran: unknown from here on, so
                 # this connection sends no more such messages.
                 self.fairy.info[_SERVER_PREPARED] = (self.driver, None)
-            await self.conn.run_sync(_raise_translated, self.adapted, exc, sql, [])
-            raise  # not reached: _raise_translated always raises
-        self.prepared.update(self.new)
+            await self.conn.run_sync(adapter.raise_as_sqlalchemy, self.adapted, exc, sql, params, context)
+            raise  # not reached: raise_as_sqlalchemy always raises
+        self.prepared.update(new)
+        adapter.after_cursor_execute(self.sync, sql, params, context, False)
         return status
 
 
@@ -181,19 +301,18 @@ async def _message(
 ) -> _Message | None:
     """The statements as one message, for a connection with no transaction begun (None: it cannot
     be, see `begin_with`)."""
-    if conn.dialect.driver != "asyncpg" or not statements:
-        return None
     sync = conn.sync_connection
-    fairy = None if sync is None or sync.invalidated else sync._dbapi_connection
-    if fairy is None:
-        fairy = await conn.get_raw_connection()
+    if conn.dialect.driver != "asyncpg" or not statements or sync is None:
+        return None
+    options = sync.get_execution_options()
+    if options.get(FAST_PATH) is False or options.get(POOLER) is not None:
+        return None
+    fairy = await conn.get_raw_connection() if sync.invalidated else sync.connection
     adapted: Any = fairy.dbapi_connection
-    if adapted._transaction is not None or adapted.isolation_level is not None:
+    if adapter.transaction_begun(adapted) or not adapter.plain_transaction(adapted):
         return None
-    if adapted.readonly or adapted.deferrable:
-        return None
-    driver = adapted._connection
-    if driver._top_xact is not None or driver.is_in_transaction():
+    driver = adapted.driver_connection
+    if driver.is_in_transaction():
         return None
     dialect = conn.dialect
     known = fairy.info.get(_SERVER_PREPARED)
@@ -202,20 +321,13 @@ async def _message(
     prepared: set[str] | None = known[1]
     if prepared is None:
         return None  # unknown since a failed message: this connection runs its statements as usual
-    parts: list[str] = []
-    new: list[str] = []
+    written: list[tuple[Prepared, list[str]]] = []
     for statement, params in statements:
         values = statement.literals(dialect, params)
         if values is None:
             return None
-        # Prepared once per connection, then executed by name: PostgreSQL parses and plans it once,
-        # instead of on every message.
-        name = statement.server_name(dialect)
-        if name not in prepared and name not in new:
-            parts.append(f"PREPARE {name} AS {statement._plan(dialect).sql}")
-            new.append(name)
-        parts.append(f"EXECUTE {name}({', '.join(values)})" if values else f"EXECUTE {name}")
-    return _Message(conn, fairy, adapted, driver, parts, new, prepared)
+        written.append((statement, values))
+    return _Message(conn, sync, fairy, adapted, driver, written, prepared)
 
 
 async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping[str, Any]]) -> bool:
@@ -228,23 +340,21 @@ async def begin_with(conn: AsyncConnection, *statements: tuple[Prepared, Mapping
     executed by name with its values as literals, so PostgreSQL parses and plans it once per
     connection, as it does the statements asyncpg prepares.
 
-    False, having sent nothing, where it cannot: not asyncpg, a transaction already begun, an
-    isolation level or access mode of its own, a value that is not safe as a literal, or a connection
-    whose prepared statements are unknown since a failed message; the caller then runs the
-    statements as usual. Counted as one statement.
+    False, having sent nothing, where it cannot: not asyncpg, the fast path off, pooler mode (no
+    named statements), a transaction already begun, an isolation level or access mode of its own, a
+    value that is not safe as a literal, or a connection whose prepared statements are unknown since
+    a failed message; the caller then runs the statements as usual. Counted as one statement.
 
-    asyncpg has no call for "BEGIN and more in one message", so this drives its transaction state as
-    `Transaction.start()` would: the transaction is registered (asyncpg's and SQLAlchemy's) before
-    the message is sent, so a failure mid-message leaves a transaction SQLAlchemy rolls back, and a
-    lost connection or a cancellation invalidates it as `_run` does."""
+    asyncpg has no call for "BEGIN and more in one message", so the message's transaction is
+    registered as SQLAlchemy's adapter's transaction before the message is sent (its commit and
+    rollback are COMMIT and ROLLBACK), so a failure mid-message leaves a transaction SQLAlchemy rolls
+    back, and a lost connection or a cancellation invalidates it as `_run` does."""
     message = await _message(conn, statements)
     if message is None:
         return False
-    transaction = message.driver.transaction()
-    message.driver._top_xact = transaction
-    transaction._state = TransactionState.STARTED
-    message.adapted._transaction = transaction
-    await message.send("BEGIN;" + ";".join(message.parts))
+    adapter.register_transaction(message.adapted, _MessageTransaction(message.driver))
+    # Redone after vanished statements: the failed transaction (nothing else of it ran) rolled back.
+    await message.send("BEGIN;", "ROLLBACK;BEGIN;")
     return True
 
 
@@ -259,19 +369,41 @@ async def run_alone(conn: AsyncConnection, *statements: tuple[Prepared, Mapping[
     message = await _message(conn, statements)
     if message is None:
         return None
-    sync = conn.sync_connection
+    sync = message.sync
     try:
-        status = await message.send(";".join(message.parts))
+        # Redone after vanished statements: the failed message rolled back whole, by itself.
+        status = await message.send("", "")
     except Exception:
-        if sync is not None:
-            sync.dispatch.rollback(sync)
+        adapter.rolled_back(sync)
         raise
-    if sync is not None:
-        sync.dispatch.commit(sync)
+    adapter.committed(sync)
     verb, _, count = status.rpartition(" ")
     if verb != "SELECT" or not count.isdigit():
         raise BrokenInvariant(f"a message's last statement reported {status!r}, not rows")
     return int(count)
+
+
+def _result_keys(statement: Executable) -> list[tuple[str, Any]]:
+    """The result columns' keys and types, as `conn.execute` names them: only labels and named
+    columns qualify (an unlabeled expression's key is an anonymous label chosen at compile time)."""
+    columns = getattr(statement, "exported_columns", None)
+    if columns is None:
+        return []
+    keys: list[tuple[str, Any]] = []
+    for key, column in columns.items():
+        name = getattr(column, "name", None)
+        # (an anonymous label's name is a format string, never its key)
+        if (
+            not isinstance(column, Label | ColumnClause)
+            or not isinstance(name, str)
+            or key != name
+            or "%(" in name
+        ):
+            raise BrokenInvariant(f"a prepared statement's result column {key!r} needs a label")
+        keys.append((key, column.type))
+    if len({k for k, _ in keys}) != len(keys):
+        raise BrokenInvariant("a prepared statement's result columns need distinct names")
+    return keys
 
 
 def _compile(statement: Executable, dialect: Dialect) -> _Plan:
@@ -282,41 +414,33 @@ def _compile(statement: Executable, dialect: Dialect) -> _Plan:
         raise BrokenInvariant("a prepared statement cannot rely on Python-side defaults or literal execution")
     # The caller's parameters: binds given no value in the statement.
     required = {b.key for b in compiled.binds.values() if b.required}
-    processors: Mapping[str, Any]
-    if compiled.post_compile_params:
-        # IN lists of constants (the active-rows rule's statuses, say) are rendered as one bind per
-        # value, once; an IN list of the caller's values cannot be.
-        if any(b.key in required for b in compiled.post_compile_params):
-            raise BrokenInvariant("a prepared statement cannot expand an IN list of the caller's values")
-        placeholders = compiled.construct_params({k: None for k in required}, _check=False)
-        expanded = compiled._process_parameters_for_postcompile(placeholders)
-        if expanded.positiontup is None:
-            raise BrokenInvariant("a rendered statement has no expanded state")
-        sql, names = expanded.statement, expanded.positiontup
-        # The expanded state's processors cover the expanded binds only: the others' stay the
-        # compiled statement's.
-        values, processors = expanded.parameters, {**compiled._bind_processors, **expanded.processors}
-    else:
-        if compiled.positiontup is None:
-            raise BrokenInvariant("a positional statement without its parameter order")
-        sql, names = compiled.string, compiled.positiontup
-        values, processors = compiled.construct_params(_check=False), compiled._bind_processors
+    if any(b.key in required for b in compiled.post_compile_params):
+        raise BrokenInvariant("a prepared statement cannot expand an IN list of the caller's values")
+    # IN lists of constants (the active-rows rule's statuses, say) are rendered as one bind per
+    # value, once; an IN list of the caller's values cannot be (refused above).
+    expanded = compiled.construct_expanded_state({k: None for k in required})
+    if expanded.positiontup is None:
+        raise BrokenInvariant("a positional statement without its parameter order")
     params: list[tuple[str | None, Any, Callable[[Any], Any] | None]] = []
-    for name in names:
-        proc: Any = processors.get(name)
+    for name in expanded.positiontup:
+        bind = compiled.binds.get(name)
+        proc: Any
+        if bind is not None:
+            proc = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        else:  # one value of a rendered IN list of constants
+            proc = expanded.processors.get(name)
         if name in required:
             params.append((name, None, proc))
         else:
-            value = values[name]
+            value = expanded.parameters[name]
             params.append((None, proc(value) if proc else value, None))
     row: type[Row] | None = None
     result_processors: tuple[Callable[[Any], Any] | None, ...] = ()
-    if compiled._result_columns:
-        keys = [c.keyname for c in compiled._result_columns]
-        row = _row_class(keys)
-        result_processors = tuple(
-            c.type._cached_result_processor(dialect, None) for c in compiled._result_columns
-        )
+    keys = _result_keys(statement)
+    if keys:
+        row = _row_class([k for k, _ in keys])
+        result_processors = tuple(t.dialect_impl(dialect).result_processor(dialect, None) for _, t in keys)
+    sql = expanded.statement
     return _Plan(
         sql=sql,
         params=tuple(params),
@@ -341,44 +465,83 @@ def _arguments(plan: _Plan, params: Mapping[str, Any]) -> list[Any]:
     return args
 
 
+async def _forget_server_statements(fairy: Any, adapted: Any, driver: Any) -> None:
+    """The connection's server-prepared statements are gone (or about to be dropped): forget them
+    everywhere they are remembered, so each is prepared anew on its next use."""
+    log.warning(
+        "server-prepared statements vanished (SQLSTATE 26000); dropped and prepared anew",
+        extra={"event": "db.prepared_vanished"},
+    )
+    await driver.reload_schema_state()  # asyncpg's statement cache (and its type cache)
+    adapter.forget_prepared_statements(adapted)
+    known = fairy.info.get(_SERVER_PREPARED)
+    if known is not None and known[0] is driver:
+        fairy.info[_SERVER_PREPARED] = (driver, set())
+
+
 async def _run(
-    conn: AsyncConnection, plan: _Plan, args: list[Any], *, many: bool = False
+    conn: AsyncConnection,
+    sync: Connection,
+    options: Mapping[str, Any],
+    prepared: Prepared,
+    plan: _Plan,
+    args: Any,
+    *,
+    many: bool = False,
 ) -> Sequence[Sequence[Any]]:
-    sync = conn.sync_connection
-    fairy = None if sync is None or sync.invalidated else sync._dbapi_connection
-    if fairy is None:
-        fairy = await conn.get_raw_connection()
+    # The pooled connection (reconnected the way SQLAlchemy does where it was invalidated).
+    fairy = await conn.get_raw_connection() if sync.invalidated else sync.connection
     adapted: Any = fairy.dbapi_connection
-    if sync is not None and (sync._has_events or sync.engine._has_events):
-        sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, None, False)
-    driver = adapted._connection
+    driver = adapted.driver_connection
+    context = FastPathContext(sync, plan.sql, args, many, prepared.statement)
+    sql, args = adapter.before_cursor_execute(sync, plan.sql, args, context, many)
     try:
         if plan.asyncpg:
-            if adapted._transaction is None:
-                await adapted._start_transaction()
-            if many:
-                await driver.executemany(plan.sql, args)
-                return []
-            return await driver.fetch(plan.sql, *args)  # type: ignore[no-any-return]
-        inline = _inline_sqlite(sync, driver)
-        if inline is not None:
-            if many:
-                inline.executemany(plan.sql, args)
-                return []
-            return inline.execute(plan.sql, args).fetchall()
-        if many:
-            await driver.executemany(plan.sql, args)
-            return []
-        return await driver.execute_fetchall(plan.sql, args)  # type: ignore[no-any-return]
+            began = not adapter.transaction_begun(adapted)
+            if began:
+                await adapter.begin_transaction(adapted)
+            try:
+                if many:
+                    await driver.executemany(sql, args)
+                    raw = []
+                else:
+                    raw = await driver.fetch(sql, *args)
+            except InvalidSQLStatementNameError:
+                # Vanished prepared statements. Redone where nothing of the transaction ran before
+                # this statement (it began it) and the adapter's BEGIN is a plain one.
+                if not (began and adapter.plain_transaction(adapted)):
+                    raise
+                await _forget_server_statements(fairy, adapted, driver)
+                await driver.execute("ROLLBACK;DEALLOCATE ALL;BEGIN")
+                if many:
+                    await driver.executemany(sql, args)
+                    raw = []
+                else:
+                    raw = await driver.fetch(sql, *args)
+        else:
+            inline = _inline_sqlite(options, driver)
+            if inline is not None:
+                if many:
+                    inline.executemany(sql, args)
+                    raw = []
+                else:
+                    raw = inline.execute(sql, args).fetchall()
+            elif many:
+                await driver.executemany(sql, args)
+                raw = []
+            else:
+                raw = await driver.execute_fetchall(sql, args)
     except BaseException as exc:
         # Translated and re-raised as SQLAlchemy's own error. As in SQLAlchemy, a cancellation that
         # lands mid-statement (or mid-BEGIN) leaves the connection in an unknown state: it is
         # invalidated, never pooled again.
-        await conn.run_sync(_raise_translated, adapted, exc, plan.sql, args)
-        raise  # not reached: _raise_translated always raises
+        await conn.run_sync(adapter.raise_as_sqlalchemy, adapted, exc, sql, args, context)
+        raise  # not reached: raise_as_sqlalchemy always raises
+    adapter.after_cursor_execute(sync, sql, args, context, many)
+    return raw
 
 
-def _inline_sqlite(sync: Any, driver: Any) -> sqlite3.Connection | None:
+def _inline_sqlite(options: Mapping[str, Any], driver: Any) -> sqlite3.Connection | None:
     """The SQLite connection itself, when a statement may run on the event loop's own thread.
 
     aiosqlite runs every call on the connection's worker thread and hands the result back through
@@ -389,23 +552,61 @@ def _inline_sqlite(sync: Any, driver: Any) -> sqlite3.Connection | None:
     on the worker thread; so do statements of read transactions. The unit awaits every call, so the
     connection is never used by both threads at once.
     """
-    if sync is None or not sync.get_execution_options().get("turnwise_write", False):
+    if not options.get(WRITE, False):
         return None
-    raw: sqlite3.Connection = driver._conn
+    raw = adapter.sqlite_connection(driver)
     return raw if raw.in_transaction else None
 
 
-def _raise_translated(sync: Any, adapted: Any, exc: BaseException, sql: str, args: list[Any]) -> None:
-    # SQLAlchemy reads the exception being handled (sys.exc_info()): raise it here to handle it.
-    if not isinstance(exc, Exception):
-        try:
-            raise exc
-        except BaseException as exiting:  # noqa: BLE001 - handed to SQLAlchemy, which re-raises it
-            sync._handle_dbapi_exception(exiting, sql, args, None, None)  # invalidates, re-raises
+def begin_sqlite(conn: Connection, sql: str) -> None:
+    """SQLite's BEGIN (or BEGIN IMMEDIATE), from SQLAlchemy's `begin` event (`Database`).
+
+    With the fast path, straight on the driver (one hop to aiosqlite's thread, where it may wait for
+    the writer lock) instead of SQLAlchemy's execution path, which cost more than the BEGIN; its
+    events fire and a failure is translated and handled as on that path (a cancellation mid-BEGIN,
+    which may still be waiting for the lock on aiosqlite's thread, invalidates the connection).
+    Without, SQLAlchemy's documented recipe: `exec_driver_sql`."""
+    if conn.get_execution_options().get(FAST_PATH) is False:
+        conn.exec_driver_sql(sql)
+        return
+    fairy = conn.connection
+    driver: Any = cast(Any, fairy.dbapi_connection).driver_connection
+    context = FastPathContext(conn, sql, (), False)
+    sent, params = adapter.before_cursor_execute(conn, sql, (), context, False)
     try:
-        handle = getattr(adapted, "_handle_exception", None)
-        if handle is not None:
-            handle(exc)  # raises the adapted DBAPI error
-        raise exc
-    except Exception as dbapi_error:  # noqa: BLE001 - wrapped by SQLAlchemy (and the pool invalidated on a disconnect)
-        sync._handle_dbapi_exception(dbapi_error, sql, args, None, None)
+        await_only(driver.execute(sent))
+    except BaseException as exc:  # noqa: BLE001 - re-raised by SQLAlchemy as its own error
+        adapter.raise_as_sqlalchemy(conn, fairy.dbapi_connection, exc, sent, params, context)
+    adapter.after_cursor_execute(conn, sent, params, context, False)
+
+
+def _vanished(exc: BaseException | None) -> bool:
+    seen = 0
+    while exc is not None and seen < 4:
+        if isinstance(exc, InvalidSQLStatementNameError) or getattr(exc, "sqlstate", None) == _VANISHED:
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+def install_repair(engine: Engine) -> None:
+    """PostgreSQL: a statement that failed because a prepared statement of its connection vanished
+    (SQLSTATE 26000: `DISCARD ALL`, `DEALLOCATE`, a pooler that moved the session) and could not be
+    redone replaces that connection (only that one): it fails once, with this said in its message,
+    and the next unit gets a new connection whose statements are prepared anew. Any path (the fast
+    path, SQLAlchemy's own, the fast path switched off)."""
+
+    @event.listens_for(engine, "handle_error")
+    def _replace(context: ExceptionContext) -> None:
+        if not _vanished(context.original_exception):
+            return
+        context.is_disconnect = True
+        context.invalidate_pool_on_disconnect = False
+        if context.sqlalchemy_exception is not None:
+            context.sqlalchemy_exception.add_detail(
+                "turnwise: a prepared statement of this connection vanished (SQLSTATE 26000: DISCARD "
+                "ALL, DEALLOCATE or a pooler); the connection is replaced, so a retry runs on a new one"
+            )
+        log.warning(
+            "connection replaced: its prepared statements vanished", extra={"event": "db.prepared_vanished"}
+        )

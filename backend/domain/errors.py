@@ -50,6 +50,17 @@ class Unauthenticated(TurnwiseError):
     code = "UNAUTHENTICATED"
 
 
+class Unavailable(TurnwiseError):
+    """The database could not be reached or went away; the same request may be sent again
+    (`extensions.retryable`). Only when a COMMIT's reply was lost may its change have been made
+    (docs/architecture.md, "When the database fails")."""
+
+    code = "UNAVAILABLE"
+
+    def __init__(self, message: str = "the database is unavailable right now; retry shortly") -> None:
+        super().__init__(message)
+
+
 class CorruptData(TurnwiseError):
     """Stored data that the rules cannot interpret; never silently reset or repaired."""
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from backend.domain.clarification import flag, status_of
 from backend.domain.errors import InvalidInput
+from backend.domain.names import plain_name
 from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus
 
 # Limits (kandev-notes "Shapes": 1-4 questions, 2-6 options, short titles); the text bounds are ours.
@@ -115,6 +116,8 @@ def validate_questions(raw: Sequence[dict[str, Any]], context: str | None) -> tu
             raise InvalidInput(f"{where}.id", f"duplicate question id {qid!r}")
         seen_questions.add(qid)
         title = _bounded_text(f"{where}.title", q.get("title"), MAX_TITLE, required=False)
+        if title is not None:
+            plain_name(f"{where}.title", title)
         prompt = _bounded_text(f"{where}.prompt", q.get("prompt"), MAX_PROMPT, required=True)
         options_raw = list(q.get("options") or [])
         if not MIN_OPTIONS <= len(options_raw) <= MAX_OPTIONS:
@@ -127,11 +130,12 @@ def validate_questions(raw: Sequence[dict[str, Any]], context: str | None) -> tu
             if oid in seen_options:
                 raise InvalidInput(f"{owhere}.id", f"duplicate option id {oid!r}")
             seen_options.add(oid)
-            label = _bounded_text(f"{owhere}.label", o.get("label"), MAX_LABEL, required=True)
+            label = _bounded_text(f"{owhere}.label", o.get("label"), MAX_LABEL, required=True) or ""
+            plain_name(f"{owhere}.label", label)
             description = _bounded_text(
                 f"{owhere}.description", o.get("description"), MAX_DESCRIPTION, required=False
             )
-            options.append(OptionSpec(oid, label or "", description))
+            options.append(OptionSpec(oid, label, description))
         out.append(QuestionSpec(qid, title, prompt or "", tuple(options), bool(q.get("multi_select"))))
     return tuple(out)
 

@@ -32,7 +32,9 @@ _LOCK_MANY = text(
     "SELECT count(pg_advisory_xact_lock(k)) FROM "
     "(SELECT DISTINCT hashtextextended(:prefix || unnest(:ids), 0) AS k ORDER BY 1) AS ordered"
 ).bindparams(bindparam("ids", type_=ARRAY(String())), bindparam("prefix", _PREFIX, type_=String()))
-_LOCK_ONE = Prepared(select(func.pg_advisory_xact_lock(lock_key(bindparam("session_id", type_=String())))))
+_LOCK_ONE = Prepared(
+    select(func.pg_advisory_xact_lock(lock_key(bindparam("session_id", type_=String()))).label("locked"))
+)
 
 
 async def lock_sessions(conn: AsyncConnection, session_ids: Iterable[str]) -> None:

@@ -9,6 +9,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from backend.domain.errors import InvalidInput
+from backend.domain.names import plain_name
 from backend.events import BUS_GAP
 from backend.repository import access, tasks, turns
 from backend.repository.access import Identity, UserRecord
@@ -89,7 +90,7 @@ class Access:
             log.exception("access change not published", extra={"event": "access.publish_failed"})
 
     async def create_user(self, name: str, role: str) -> UserRecord:
-        name = name.strip()
+        name = plain_name("name", name).strip()
         if not name or len(name) > MAX_NAME:
             raise InvalidInput("name", f"must be 1-{MAX_NAME} characters")
         if role not in ROLES:

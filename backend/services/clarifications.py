@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
 from backend.db.engine import STORAGE_ERRORS
+from backend.db.health import is_outage
 from backend.domain.errors import BrokenInvariant, CorruptData, InvalidInput, InvalidState, NotFound, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
@@ -46,6 +47,7 @@ from backend.domain.lifecycle import (
     validate_answers,
     validate_questions,
 )
+from backend.domain.names import plain_name
 from backend.domain.records import MessageRecord, TaskRecord
 from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus, SessionState
 from backend.repository import clarifications as repo
@@ -53,6 +55,7 @@ from backend.repository import instances, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
+from backend.services.restorer import UNAVAILABLE_LATER, UNAVAILABLE_RETRY, Restorer
 from backend.services.resume import NotWiredResumer, Resumer
 from backend.services.uow import Work, flush, uow
 from backend.services.waiters import Notice, NoticeKind, Waiter, WaiterHub
@@ -97,6 +100,10 @@ class Clarifications:
     # session, so a respond to one of them locks its session without first looking it up.
     _session_of: dict[str, str] = field(default_factory=dict)
     session_memory: int = 10_000
+    restorer: Restorer = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.restorer = Restorer(self.deps.db, self._restore_later)
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -346,7 +353,7 @@ class Clarifications:
             except TimeoutError:
                 break
             if notice.kind == NoticeKind.HANDOFF and notice.claim is not None:
-                confirmed = await self._confirm(waiter, notice.claim, notice.reply_to)
+                confirmed = await self._confirm_or_wait_on(waiter, notice.claim, notice.reply_to)
                 if confirmed is not None:
                     delivered.append(notice.claim)
                     return confirmed
@@ -431,6 +438,25 @@ class Clarifications:
 
         return await self._bounded(run())
 
+    async def _confirm_or_wait_on(
+        self, waiter: Waiter, claim: Claim, reply_to: str | None
+    ) -> WaitOutcome | None:
+        """`_confirm`; but when the database is unreachable the agent keeps waiting: the responder is
+        told the answer was not confirmed (its claim goes back once the database is back, still
+        attached to this waiter), and the person's retry hands it over again."""
+        try:
+            return await self._confirm(waiter, claim, reply_to)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            log.warning(
+                "confirmation failed: database unavailable",
+                extra={"event": "clarification.confirm_unavailable", "claim_id": claim.claim_id},
+            )
+            self.restorer.keep_attached(claim.claim_id)
+            await self.hub.confirm(reply_to, claim.claim_id, False)
+            return None
+
     async def _confirm(self, waiter: Waiter, claim: Claim, reply_to: str | None) -> WaitOutcome | None:
         """Durable confirmation BEFORE the agent sees the answer; None when a restore won the race."""
         await faults.hit("before_confirm")
@@ -453,7 +479,7 @@ class Clarifications:
     async def _finalize(self, claim: Claim) -> tuple[bool, Work]:
         """The confirmation's unit of work; its events wait until the responder was told. Whether
         it settled the claim (False: a restore won the race)."""
-        if len(claim.message_ids) == 1 and not self.deps.db.is_sqlite:
+        if len(claim.message_ids) == 1 and self.deps.db.sends_messages:
             # The lock and the settling write as one transaction of their own, in one round trip.
             async with self.deps.db.alone() as conn:
                 done = await repo.confirm_alone(conn, claim.session_id, claim.message_ids[0], claim.claim_id)
@@ -489,6 +515,31 @@ class Clarifications:
         rejected: bool,
         authorize: Authorize,
     ) -> RespondOutcome:
+        attempt: list[Claim] = []  # the claim this respond wrote, should its COMMIT's reply be lost
+        try:
+            return await self._respond(
+                pending_id, answers, rejected=rejected, authorize=authorize, attempt=attempt
+            )
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            log.warning(
+                "respond failed: database unavailable",
+                extra={"event": "clarification.respond_unavailable", "pending_id": pending_id},
+            )
+            for claim in attempt:
+                self.restorer.later(claim)
+            return DeliveryFailed(pending_id, True, UNAVAILABLE_RETRY)
+
+    async def _respond(
+        self,
+        pending_id: str,
+        answers: Sequence[Answer],
+        *,
+        rejected: bool,
+        authorize: Authorize,
+        attempt: list[Claim],
+    ) -> RespondOutcome:
         known = self._session_of.get(pending_id)
         async with uow(self.deps, [known] if known else [], hold=True, hold_summary=known is not None) as w:
             conn = w.conn
@@ -516,6 +567,19 @@ class Clarifications:
             valid = validate_answers(bundle, answers, rejected=rejected)
             live = decision.action == RespondAction.DELIVER_LIVE
             claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
+            if claim_id is not None and bundle.turn_id is not None:
+                attempt.append(
+                    Claim(
+                        claim_id=claim_id,
+                        pending_id=pending_id,
+                        session_id=session_id,
+                        task_id=bundle.task_id,
+                        turn_id=bundle.turn_id,
+                        message_ids=tuple(r.id for r in bundle.pending_rows),
+                        answers=(),
+                        rejected=rejected,
+                    )
+                )
             claimed, bumped = await repo.claim_bumping(
                 conn,
                 session_id=session_id,
@@ -537,6 +601,7 @@ class Clarifications:
                 w.touched_and_bumped(session_id, task_id=bundle.task_id)
             else:
                 w.touch(session_id, task_id=bundle.task_id)
+        attempt.clear()  # committed: from here on, delivery restores the claim on failure
         after = _merge(bundle, claimed)
         # A live claim is followed by "clarification delivered" (or a warning and its restore): the
         # claim itself is detail. A resume or a persisted rejection is logged here.
@@ -645,12 +710,14 @@ class Clarifications:
                 )
                 return False
 
-    async def _recover_claim(self, claim: Claim, after: Bundle, why: str) -> RespondOutcome:
+    async def _restore_or_retire(
+        self, claim: Claim, *, detach_rows: bool
+    ) -> tuple[list[str], list[BundleRow], Work]:
         """Restore exactly this claim while still current; otherwise settle it. Exactly one of the
         waiter's finalize and this restore wins (both require the claim's intent, under the lock)."""
         async with uow(self.deps, [claim.session_id], hold=True) as w:
             restored = await repo.restore_claim(
-                w.conn, claim.session_id, claim.message_ids, claim.claim_id, detach_rows=True
+                w.conn, claim.session_id, claim.message_ids, claim.claim_id, detach_rows=detach_rows
             )
             retired: list[BundleRow] = []
             if restored:
@@ -661,6 +728,38 @@ class Clarifications:
                 w.publish_messages(
                     claim.task_id, claim.session_id, "message.updated", [r.id for r in retired]
                 )
+        return restored, retired, w
+
+    async def _restore_later(self, claim: Claim, detach_rows: bool) -> None:
+        """The restorer's restore of a claim an outage left behind (see `backend/services/restorer.py`)."""
+        restored, retired, w = await self._restore_or_retire(claim, detach_rows=detach_rows)
+        outcome = "restored" if restored else "retired" if retired else "settled before"
+        log.info(
+            f"deferred claim {outcome}",
+            extra={
+                "event": "clarification.restore_deferred_done",
+                "claim_id": claim.claim_id,
+                "outcome": outcome,
+            },
+        )
+        if restored and self.refresh_summaries is not None:
+            try:
+                await self.refresh_summaries([claim.task_id])
+            except Exception:
+                log.warning("summary not acknowledged after a deferred restore", exc_info=True)
+        await flush(self.deps, w)
+
+    async def _recover_claim(self, claim: Claim, after: Bundle, why: str) -> RespondOutcome:
+        """Restore exactly this claim while still current; otherwise settle it. While the database
+        is unreachable the claim is left to the restorer, and the person may retry."""
+        detach_rows = self.restorer.detaches(claim.claim_id)
+        try:
+            restored, retired, w = await self._restore_or_retire(claim, detach_rows=detach_rows)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            self.restorer.later(claim, detach_rows=detach_rows)
+            return DeliveryFailed(claim.pending_id, True, f"{why}; {UNAVAILABLE_LATER}")
         if restored:
             log.info(
                 "claim restored",
@@ -738,7 +837,7 @@ class Clarifications:
     async def advance_task(
         self, task_id: str, to_step: str, *, authorize: Authorize
     ) -> TaskAdvanced | TaskAdvanceBlocked:
-        step = to_step.strip()
+        step = plain_name("toStep", to_step).strip()
         if not step or len(step) > MAX_STEP:
             raise InvalidInput("toStep", f"must be 1-{MAX_STEP} characters")
         async with uow(self.deps) as w:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from backend.domain.errors import InvalidInput, InvalidState, StaleGeneration
+from backend.domain.names import plain_name
 from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
 from backend.domain.states import (
     AUTHORS,
@@ -64,7 +65,7 @@ class Operations:
         return await bounded(self._background, work, self.deps.settings.persistence_seconds)
 
     async def create_task(self, title: str) -> TaskRecord:
-        title = _text("title", title, limit=MAX_TITLE).strip()
+        title = plain_name("title", _text("title", title, limit=MAX_TITLE)).strip()
         async with self.deps.db.write() as conn:
             return await tasks.create_task(conn, title)
 

@@ -84,6 +84,7 @@ async def stop(services: Services) -> None:
     """Stop what `start` started, newest first; each stop tolerates never having been started."""
     for name, step in (
         ("watchdogs", services.watchdogs.stop),
+        ("claim restorer", services.clarifications.restorer.stop),
         ("token cache", services.access.stop),
         ("waiter hub", services.waiters.stop),
         ("live hub", services.live.stop),

@@ -46,7 +46,7 @@ def chromium_path() -> str | None:
 async def browser() -> AsyncIterator[Any]:
     executable = chromium_path()
     if executable is None:
-        message = f"{CHROMIUM} is missing (run scripts/ensure-chromium.sh)"
+        message = f"{CHROMIUM} is missing (run: bash scripts/ensure-apt.sh /usr/bin/chromium chromium)"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

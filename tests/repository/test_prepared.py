@@ -1,16 +1,17 @@
 """Prepared statements run on the driver connection but behave exactly like `conn.execute`: the same
 values back (types processed), inside the caller's transaction, counted, and failing with SQLAlchemy's
-own errors."""
+own errors. The equivalence tests run with the fast path on and off (`TURNWISE_DB_FAST_PATH=0`: every
+call is `conn.execute`), and hold both to the same results."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import Integer, bindparam, func, literal_column, select, text, update
+from sqlalchemy import Integer, bindparam, event, func, literal_column, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -23,6 +24,18 @@ from backend.domain.errors import BrokenInvariant
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import validate_questions
 from backend.repository import clarifications, locks, pending, summaries, tasks, turns
+from tests.conftest import wipe
+
+
+@pytest.fixture(params=[True, False], ids=["fast", "plain"])
+async def either(database_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Database]:
+    """The test's database with the fast path on, then off."""
+    database = Database(database_url, fast_path=request.param)
+    await wipe(database)
+    try:
+        yield database
+    finally:
+        await database.dispose()
 
 
 async def seed_session(conn: AsyncConnection) -> tuple[str, str, str]:
@@ -69,7 +82,8 @@ def _cases(session_id: str, task_id: str, pending_id: str) -> list[tuple[Prepare
     ]
 
 
-async def test_reads_return_what_sqlalchemy_returns(db: Database) -> None:
+async def test_reads_return_what_sqlalchemy_returns(either: Database) -> None:
+    db = either
     async with db.write() as conn:
         task_id, session_id, pending_id = await seed_session(conn)
         await summaries.insert_missing(conn, {task_id: "clarification"})
@@ -91,7 +105,60 @@ async def test_reads_return_what_sqlalchemy_returns(db: Database) -> None:
     assert facts[0].metadata["pending_id"] == pending_id
 
 
-async def test_writes_store_what_sqlalchemy_would_and_return_processed_rows(db: Database) -> None:
+async def test_the_switch_changes_the_path_and_nothing_else(database_url: str) -> None:
+    # The same statements on the same rows, fast path on and off: the same rows, values and types; off,
+    # SQLAlchemy runs them (its own execution context), on, the fast path does.
+    fast, plain = Database(database_url, fast_path=True), Database(database_url, fast_path=False)
+    contexts: dict[bool, set[str]] = {True: set(), False: set()}
+    try:
+        await wipe(fast)
+        async with fast.write() as conn:
+            task_id, session_id, pending_id = await seed_session(conn)
+            await summaries.insert_missing(conn, {task_id: "clarification"})
+        for database in (fast, plain):
+
+            def seen(
+                _c: Any, _cur: Any, _s: str, _p: Any, context: Any, _m: bool, on: bool = database.fast_path
+            ) -> None:
+                contexts[on].add(type(context).__name__)
+
+            event.listen(database.engine.sync_engine, "before_cursor_execute", seen)
+        for prepared, params in _cases(session_id, task_id, pending_id):
+            async with fast.read() as conn:
+                on = await prepared.rows(conn, params)
+            async with plain.read() as conn:
+                off = await prepared.rows(conn, params)
+            assert on, prepared.statement
+            assert _plain(on) == _plain(off)
+            assert [tuple(r) for r in on] == [tuple(r) for r in off]
+            assert [[type(v) for v in r] for r in on] == [[type(v) for v in r] for r in off]
+        now = utcnow()
+        for database, state in ((fast, "RUNNING"), (plain, "WAITING_FOR_INPUT")):
+            async with database.write() as conn:
+                await tasks.set_session_state(conn, session_id, state, bump=True)
+                revision = (await summaries.read_summaries(conn, [task_id]))[task_id].revision
+                won = await summaries.compare_and_set(conn, {task_id: (revision, None)})
+            async with database.read() as conn:
+                stored = (
+                    await conn.execute(select(S.c.state, S.c.updated_at).where(S.c.id == session_id))
+                ).one()
+            assert stored.state == state
+            assert stored.updated_at >= now
+            assert (won[task_id].revision, won[task_id].pending_action) == (revision + 1, None)
+            assert won[task_id].updated_at.tzinfo is not None
+        assert contexts[True] >= {"FastPathContext"}
+        assert "FastPathContext" not in contexts[False]
+        async with plain.write() as conn:
+            assert not await begin_with(conn, locks.lock_one(session_id))  # nothing sent: off
+        async with plain.alone() as conn:
+            assert await run_alone(conn, locks.lock_one(session_id)) is None
+    finally:
+        await fast.dispose()
+        await plain.dispose()
+
+
+async def test_writes_store_what_sqlalchemy_would_and_return_processed_rows(either: Database) -> None:
+    db = either
     async with db.write() as conn:
         task_id, session_id, _ = await seed_session(conn)
         await summaries.insert_missing(conn, {task_id: None})
@@ -111,7 +178,8 @@ async def test_writes_store_what_sqlalchemy_would_and_return_processed_rows(db: 
     assert (session.state, session.pending_seq) == ("RUNNING", 1)
 
 
-async def test_a_prepared_statement_belongs_to_the_callers_transaction(db: Database) -> None:
+async def test_a_prepared_statement_belongs_to_the_callers_transaction(either: Database) -> None:
+    db = either
     async with db.write() as conn:
         _, session_id, _ = await seed_session(conn)
 
@@ -128,7 +196,8 @@ async def test_a_prepared_statement_belongs_to_the_callers_transaction(db: Datab
     assert (session.state, session.pending_seq) != ("FAILED", 1)
 
 
-async def test_prepared_statements_are_counted(db: Database) -> None:
+async def test_prepared_statements_are_counted(either: Database) -> None:
+    db = either
     async with db.write() as conn:
         _, session_id, _ = await seed_session(conn)
     before = db.statements
@@ -142,7 +211,8 @@ async def test_prepared_statements_are_counted(db: Database) -> None:
     assert db.statements - before == empty + 2
 
 
-async def test_a_driver_error_is_sqlalchemys_error_and_the_transaction_rolls_back(db: Database) -> None:
+async def test_a_driver_error_is_sqlalchemys_error_and_the_transaction_rolls_back(either: Database) -> None:
+    db = either
     async with db.write() as conn:
         _, session_id, pending_id = await seed_session(conn)
         row = (await conn.execute(select(M).where(M.c.session_id == session_id))).first()
@@ -164,20 +234,27 @@ async def test_a_driver_error_is_sqlalchemys_error_and_the_transaction_rolls_bac
     assert pending_id
 
 
-async def test_a_lost_connection_invalidates_it_like_sqlalchemy_does(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=1)
+@pytest.mark.parametrize("fast_path", [True, False], ids=["fast", "plain"])
+async def test_a_lost_connection_invalidates_it_like_sqlalchemy_does(pg_url: str, fast_path: bool) -> None:
+    db = Database(pg_url, pool_size=1, fast_path=fast_path)
     admin = Database(pg_url, pool_size=1)
+    dead: list[int] = []
     try:
-        async with db.read() as conn:
-            dead = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
-        async with admin.read() as conn:
-            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead})
-        with pytest.raises(DBAPIError) as failed:
+
+        async def lose_it_mid_unit() -> None:
             async with db.write() as conn:
+                # Lost while checked out (a connection found closed at checkout is replaced first).
+                dead.append((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+                async with admin.read() as other:
+                    await other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": dead[0]})
+                await asyncio.sleep(0.2)
                 await tasks.bump_pending_seqs(conn, ["no-such-session"])
+
+        with pytest.raises(DBAPIError) as failed:
+            await lose_it_mid_unit()
         assert failed.value.connection_invalidated
         async with db.read() as conn:
-            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() != dead
+            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() != dead[0]
     finally:
         await db.dispose()
         await admin.dispose()
@@ -275,7 +352,7 @@ _DIVIDE = Prepared(select((literal_column("1") / bindparam("by", type_=Integer))
 
 
 async def test_begin_with_sends_the_lock_with_begin_and_the_transaction_behaves_as_usual(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=1)
+    db = Database(pg_url, pool_size=1, fast_path=True)
     try:
         async with db.write() as conn:
             _, session_id, _ = await seed_session(conn)
@@ -312,7 +389,7 @@ async def test_begin_with_sends_the_lock_with_begin_and_the_transaction_behaves_
 
 
 async def test_begin_with_a_failing_statement_raises_sqlalchemys_error_and_rolls_back(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=1)
+    db = Database(pg_url, pool_size=1, fast_path=True)
     try:
         with pytest.raises(DBAPIError, match="division by zero"):
             async with db.write() as conn:
@@ -326,7 +403,7 @@ async def test_begin_with_a_failing_statement_raises_sqlalchemys_error_and_rolls
 
 
 async def test_begin_with_prepares_each_statement_once_per_connection(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=1)
+    db = Database(pg_url, pool_size=1, fast_path=True)
     name = locks._LOCK_ONE.server_name(db.engine.sync_engine.dialect)
     try:
         for _ in range(3):
@@ -343,7 +420,7 @@ async def test_begin_with_prepares_each_statement_once_per_connection(pg_url: st
 async def test_after_a_failed_prepare_the_connection_runs_statements_as_usual(pg_url: str) -> None:
     # Whether a PREPARE in a failed message took is unknown (it outlives the failed transaction, or
     # never ran): the connection sends no more such messages, and its statements still run.
-    db = Database(pg_url, pool_size=1)
+    db = Database(pg_url, pool_size=1, fast_path=True)
     dialect = db.engine.sync_engine.dialect
     try:
         with pytest.raises(DBAPIError, match="division by zero"):
@@ -373,7 +450,7 @@ _SET_STATE = Prepared(
 
 
 async def test_run_alone_is_one_transaction_of_its_own(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=1)
+    db = Database(pg_url, pool_size=1, fast_path=True)
     try:
         async with db.write() as conn:
             _, session_id, _ = await seed_session(conn)
@@ -409,7 +486,7 @@ async def test_run_alone_is_one_transaction_of_its_own(pg_url: str) -> None:
 
 
 async def test_run_alone_serializes_with_a_unit_holding_the_session_lock(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=2)
+    db = Database(pg_url, pool_size=2, fast_path=True)
     try:
         async with db.write() as conn:
             _, session_id, _ = await seed_session(conn)
@@ -432,13 +509,13 @@ async def test_run_alone_serializes_with_a_unit_holding_the_session_lock(pg_url:
 
 @pytest.mark.parametrize("value", ["it's", "a b", "x" * 201, "é", 1.5, True, None])
 async def test_begin_with_writes_no_value_it_cannot_write_safely(pg_url: str, value: Any) -> None:
-    db = Database(pg_url, pool_size=1)
+    db = Database(pg_url, pool_size=1, fast_path=True)
     try:
         async with db.write() as conn:
             assert not await begin_with(conn, (_DIVIDE, {"by": value}))
             # Nothing was sent: the transaction has not begun.
             assert conn.sync_connection is not None
-            assert conn.sync_connection.connection.dbapi_connection._transaction is None  # type: ignore[union-attr]
+            assert not conn.sync_connection.connection.driver_connection.is_in_transaction()  # type: ignore[union-attr]
         async with db.write() as conn:  # and an unsafe id still locks, with bind parameters
             await locks.lock_sessions(conn, ["it's"])
     finally:
