@@ -19,6 +19,26 @@ import uvicorn
 from backend import logs
 from backend.config import Settings
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _log_level(args: argparse.Namespace) -> str:
+    level = getattr(args, "log_level", None) or os.environ.get("TURNWISE_LOG_LEVEL") or "info"
+    if level.lower() not in LOG_LEVELS:
+        print(
+            f"turnwise: error: log level must be one of {', '.join(LOG_LEVELS)} (got {level!r})",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    # Handed to worker processes of `serve --workers N`, which configure their own logging.
+    os.environ["TURNWISE_LOG_LEVEL"] = level.lower()
+    return level.lower()
+
+
+def _uvicorn_level() -> str:
+    """uvicorn's own start-up and shutdown lines only at `debug`: Turnwise logs its readiness itself."""
+    return "debug" if os.environ.get("TURNWISE_LOG_LEVEL") == "debug" else "warning"
+
 
 def _settings(args: argparse.Namespace) -> Settings:
     try:
@@ -60,7 +80,7 @@ def _serve_workers(settings: Settings) -> None:
             workers=settings.workers,
             host=settings.host,
             port=settings.port,
-            log_level="info",
+            log_level=_uvicorn_level(),
             access_log=settings.access_log,
             ws="websockets-sansio",
             ws_per_message_deflate=settings.ws_compression,
@@ -69,7 +89,23 @@ def _serve_workers(settings: Settings) -> None:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _serve(settings: Settings, *, demo: bool = False) -> int:
+async def _when_ready(settings: Settings, text: str) -> None:
+    """Print `text` once the server answers `/readyz` (it binds its port after startup finished),
+    so it is the last thing a person sees, not scrolled away by start-up lines."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=f"http://{settings.host}:{settings.port}") as http:
+        for _ in range(600):
+            try:
+                if (await http.get("/readyz", timeout=1)).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.05)
+    print(text, flush=True)
+
+
+def _serve(settings: Settings, *, demo: bool = False, announce: str | None = None) -> int:
     from backend.api.app import create_app, tune_collector
 
     after_start = None
@@ -85,7 +121,10 @@ def _serve(settings: Settings, *, demo: bool = False) -> int:
                 raise RuntimeError("the demo agent needs TURNWISE_BOOTSTRAP_TOKEN")
             # Connects through the API like any agent, once the server admits traffic.
             agent = DemoAgent(f"http://{settings.host}:{settings.port}", settings.bootstrap_token)
-            app.state.demo_agent = asyncio.get_running_loop().create_task(agent.run())
+            loop = asyncio.get_running_loop()
+            app.state.demo_agent = loop.create_task(agent.run())
+            if announce is not None:
+                app.state.announce = loop.create_task(_when_ready(settings, announce))
 
         after_start = seed_and_start_agent
     app = create_app(settings, after_start=after_start)
@@ -95,7 +134,7 @@ def _serve(settings: Settings, *, demo: bool = False) -> int:
             app,
             host=settings.host,
             port=settings.port,
-            log_level="info",
+            log_level=_uvicorn_level(),
             access_log=settings.access_log,
             ws="websockets-sansio",
             ws_per_message_deflate=settings.ws_compression,
@@ -142,16 +181,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if not settings.bootstrap_token:
         settings = dataclasses.replace(settings, bootstrap_token=_demo_token())
     base = f"http://{settings.host}:{settings.port}"
-    print(
-        "\nTurnwise demo\n"
+    block = (
+        "\nTurnwise demo is ready\n"
         f"  web app:   {base}/#token={settings.bootstrap_token}\n"
         f"  GraphiQL:  {base}/graphql  (header: Authorization: Bearer {settings.bootstrap_token})\n"
         f"  MCP:       {base}/mcp  (same header; see the README, How an agent connects)\n"
         f"  token:     {settings.bootstrap_token}\n"
-        f"  database:  {settings.database_url}\n",
-        flush=True,
+        f"  database:  {settings.database_url}\n"
+        "  (Ctrl-C stops it; --log-level debug shows start-up steps)\n"
     )
-    return _serve(settings, demo=True)
+    return _serve(settings, demo=True, announce=block)
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -183,7 +222,6 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logs.configure(logging.INFO)
     parser = argparse.ArgumentParser(prog="turnwise")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func in (("serve", cmd_serve), ("demo", cmd_demo), ("migrate", cmd_migrate)):
@@ -192,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--port", type=int, help="TURNWISE_PORT (default 8000)")
         p.add_argument("--database-url", help="TURNWISE_DATABASE_URL (default: SQLite in the user data dir)")
         p.add_argument("--broadcast-url", help="TURNWISE_BROADCAST_URL (default memory://)")
+        p.add_argument(
+            "--log-level",
+            choices=LOG_LEVELS,
+            help="TURNWISE_LOG_LEVEL (default info); debug adds start-up steps and libraries' request lines",
+        )
         if name == "serve":
             p.add_argument(
                 "--workers",
@@ -204,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", default="schema.graphql")
     p.set_defaults(func=cmd_export_schema)
     args = parser.parse_args(argv)
+    logs.configure(getattr(logging, _log_level(args).upper()))
     return int(args.func(args))
 
 

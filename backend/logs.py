@@ -98,6 +98,11 @@ class FieldsFormatter(logging.Formatter):
         return "\n".join([line, *rest])
 
 
+# Libraries whose routine INFO lines (Alembic's "Context impl", the demo agent's and the MCP SDK's
+# request lines, uvicorn's start-up chatter) belong to `--log-level debug`, not the default output.
+QUIET_UNLESS_DEBUG = ("alembic", "httpx", "httpcore", "mcp", "uvicorn.error")
+
+
 def configure(level: int = logging.INFO) -> None:
     # Lines name no thread or process: a record need not look them up (a few per ask -> answer).
     logging.logThreads = False
@@ -107,4 +112,6 @@ def configure(level: int = logging.INFO) -> None:
     logging._srcfile = None
     handler = logging.StreamHandler()
     handler.setFormatter(FieldsFormatter(FORMAT))
-    logging.basicConfig(level=level, handlers=[handler])
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    for name in QUIET_UNLESS_DEBUG:
+        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 
-from backend import faults, metrics
+from backend import faults, logs, metrics
 from backend.api.auth import Authenticator
 from backend.api.graphql_view import GraphQLView
 from backend.api.mcp import McpEndpoint
@@ -98,7 +99,14 @@ def create_app(
             await db.dispose()
             raise
         runtime.ready = True
-        log.info("turnwise ready", extra={"event": "startup.ready", "epoch": runtime.epoch})
+        log.info(
+            "turnwise ready",
+            extra={
+                "event": "startup.ready",
+                "epoch": runtime.epoch,
+                "url": f"http://{settings.host}:{settings.port}",
+            },
+        )
         try:
             yield
         finally:
@@ -171,4 +179,5 @@ def create_app(
 
 def create_app_from_env() -> Starlette:
     """The app of one worker of `turnwise serve --workers N`: settings from TURNWISE_*."""
+    logs.configure(getattr(logging, (os.environ.get("TURNWISE_LOG_LEVEL") or "info").upper(), logging.INFO))
     return create_app(Settings.from_env())

@@ -128,8 +128,11 @@ class Agent:
                         )
             except (GraphQLRequestError, ConnectionRefused):
                 raise
-            except LOST:
-                log.warning("prompt channel lost; reconnecting", exc_info=True)
+            except LOST as exc:
+                # An expected event (a server restart, a network blip): one line; the traceback
+                # only for a debugging reader.
+                log.warning("prompt channel lost (%s); reconnecting", exc)
+                log.debug("prompt channel lost", exc_info=True)
             await asyncio.sleep(self.reconnect_seconds)
 
     async def post_message(self, content: str, kind: str = "message") -> str:

@@ -71,7 +71,7 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
 
         steps.append(("after start", last))
     for name, step in steps:
-        log.info("startup: %s", name, extra={"event": "startup.step", "step": name})
+        log.debug("startup: %s", name, extra={"event": "startup.step", "step": name})
         try:
             await step()
         except Exception as exc:

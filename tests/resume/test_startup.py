@@ -83,7 +83,7 @@ async def test_an_unreconcilable_reservation_stops_serve_before_it_subscribes_or
 ) -> None:
     session_id, pending_id, turn_id = await unreconcilable(server_db)
     before = await stored(server_db, session_id, pending_id)
-    server = Server(server_db, env={"TURNWISE_FAULT_POINTS": SUBSCRIBE})
+    server = Server(server_db, env={"TURNWISE_FAULT_POINTS": SUBSCRIBE, "TURNWISE_LOG_LEVEL": "debug"})
     code, answered = run_to_exit(server)
     log = server.log()
     # Exited on its own, non-zero, and not at the subscription fault point: nothing subscribed.
@@ -101,7 +101,7 @@ async def test_an_unreconcilable_reservation_stops_serve_before_it_subscribes_or
 
 
 def test_a_clean_database_subscribes_during_startup_so_the_probe_can_see_it(server_db: str) -> None:
-    server = Server(server_db, env={"TURNWISE_FAULT_POINTS": SUBSCRIBE})
+    server = Server(server_db, env={"TURNWISE_FAULT_POINTS": SUBSCRIBE, "TURNWISE_LOG_LEVEL": "debug"})
     code, answered = run_to_exit(server)
     assert code == faults.CRASH_EXIT_CODE, server.log()
     assert "startup: live hub" in server.log()
