@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from sqlalchemy import insert, select
 
+from backend.bus import EventBus
 from backend.client import Connection
 from backend.config import Settings
 from backend.db.engine import Database, utcnow
@@ -25,7 +26,6 @@ from backend.db.tables import (
     task_status_summaries,
     tasks,
 )
-from backend.events import EventBus
 from backend.services.container import Services
 from backend.services.context import Deps
 from bench.common import fresh_database, median, pct, run, timed, write_result

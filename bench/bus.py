@@ -22,8 +22,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from backend.bus import BUS_GAP, EventBus
 from backend.db.engine import Database
-from backend.events import BUS_GAP, EventBus
 from bench.common import PG_URL, fresh_database, median, pct, run, write_result
 
 MESSAGES = 500

@@ -16,11 +16,11 @@ from typing import Any
 
 from sqlalchemy import event
 
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Answered, Asked, validate_questions
-from backend.events import EventBus
 from backend.repository import clarifications as repo
 from backend.repository import locks, tasks, turns
 from backend.services.clarifications import trusted

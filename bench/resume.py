@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import insert
 
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database, utcnow
 from backend.db.tables import task_session_messages, task_session_turns, task_sessions, tasks
 from backend.domain.lifecycle import Answer, Detached
-from backend.events import EventBus
 from backend.repository import reservations
 from backend.services.clarifications import trusted
 from backend.services.container import Services

@@ -21,10 +21,10 @@ from backend.api.graphql_view import GraphQLView
 from backend.api.mcp import McpEndpoint
 from backend.api.schema import build_schema
 from backend.api.web import web_routes
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db import migrate
 from backend.db.engine import STORAGE_ERRORS, Database
-from backend.events import EventBus
 from backend.repository import meta
 from backend.services import startup
 from backend.services.container import Services

@@ -260,12 +260,6 @@ async def ask_context(
     return rows.session(row), turn, None if row.reusable is None else str(row.reusable)
 
 
-async def find_active_by_signature(conn: AsyncConnection, session_id: str, signature: str) -> str | None:
-    params = {"b_session": session_id, "b_signature": signature}
-    row = (await conn.execute(_ACTIVE_BY_SIGNATURE, params)).first()
-    return None if row is None else str(row.pending_id)
-
-
 # --- ask ----------------------------------------------------------------------------------------
 
 

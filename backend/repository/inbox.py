@@ -169,11 +169,6 @@ async def for_bundle(conn: AsyncConnection, pending_id: str) -> tuple[InboxItem,
     return None if row is None else (_item(row), bool(row.deliverable))
 
 
-async def has_deliverable(conn: AsyncConnection, session_id: str) -> bool:
-    row = (await conn.execute(select(I.c.id).where(I.c.session_id == session_id, _deliverable()))).first()
-    return row is not None
-
-
 async def acknowledge(conn: AsyncConnection, turn_id: str) -> bool:
     """The agent confirmed the delivered item that opened `turn_id`."""
     result = await conn.execute(

@@ -8,9 +8,9 @@ import logging
 import secrets
 from dataclasses import dataclass, field
 
+from backend.bus import BUS_GAP
 from backend.domain.errors import InvalidInput
 from backend.domain.names import plain_name
-from backend.events import BUS_GAP
 from backend.repository import access, tasks, turns
 from backend.repository.access import Identity, UserRecord
 from backend.services.context import Deps

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain.ids import new_id
-from backend.events import EventBus
 
 
 @dataclass(frozen=True)

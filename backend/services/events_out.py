@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from backend.events import TASK_CHANNEL, BusUnavailable, EventBus
+from backend.bus import TASK_CHANNEL, BusUnavailable, EventBus
 
 log = logging.getLogger("turnwise.events")
 

@@ -38,6 +38,7 @@ from backend.executors.scripted import ScriptedExecutor
 from backend.executors.webhook import WebhookExecutor
 from backend.repository import clarifications as clarification_repo
 from backend.repository import reservations, tasks, turns
+from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.prompt_channel import PromptChannel
@@ -151,10 +152,7 @@ class Orchestrator:
 
     async def _bounded(self, work: Awaitable[T], seconds: float) -> T:
         """Own task, finite deadline, not cancelled with its caller (rollback and cleanup must finish)."""
-        task: asyncio.Task[T] = asyncio.ensure_future(asyncio.wait_for(work, seconds))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return await asyncio.shield(task)
+        return await bounded(self._background, work, seconds)
 
     # --- the Resumer seam -----------------------------------------------------------------------
 

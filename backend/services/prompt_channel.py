@@ -17,9 +17,9 @@ from dataclasses import asdict
 from typing import Any
 
 from backend import faults
+from backend.bus import BusUnavailable
 from backend.domain.clarification import flag
 from backend.domain.ids import new_id
-from backend.events import BusUnavailable
 from backend.executors.base import DispatchOutcome, DispatchResult, PromptRequest
 from backend.repository import reservations, runners, turns
 from backend.services.context import Deps

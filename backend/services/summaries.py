@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.bus import BusUnavailable
 from backend.domain.errors import CorruptData, SummaryConvergenceError
 from backend.domain.pending import task_pending_action
 from backend.domain.records import SessionPending, SessionRecord, SummaryRecord
-from backend.events import BusUnavailable
 from backend.repository import pending, summaries, tasks
 from backend.services.context import Deps
 

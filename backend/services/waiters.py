@@ -30,10 +30,10 @@ from enum import StrEnum
 from typing import Any
 
 from backend import faults
+from backend.bus import BUS_GAP, TASK_CHANNEL
 from backend.db.engine import utcnow
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
-from backend.events import BUS_GAP, TASK_CHANNEL
 from backend.repository import instances
 from backend.services.background import stop_tasks
 from backend.services.context import Deps

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from backend.bus import TASK_CHANNEL
 from backend.db.engine import utcnow
 from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
-from backend.events import TASK_CHANNEL
 from backend.repository import reservations, runners, tasks, turns
 from backend.services.background import stop_tasks
 from backend.services.context import Deps

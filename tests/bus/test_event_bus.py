@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from backend.events import BUS_GAP, BusState, BusUnavailable, EventBus
-from backend.pgbus import PostgresBus, encode
+from backend.bus import BUS_GAP, BusState, BusUnavailable, EventBus
+from backend.bus.postgres import PostgresBus, encode
 from tests.bus.support import (
     RedisProcess,
     eventually,

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
-from backend.events import EventBus
 from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.context import Deps

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from backend import faults
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
-from backend.events import EventBus
 from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.context import Deps

@@ -11,11 +11,11 @@ from typing import Any
 
 from sqlalchemy import select
 
+from backend.bus import TASK_CHANNEL, EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_session_messages as M
 from backend.domain.lifecycle import Answer, Bundle, Claim, WaitOutcome
-from backend.events import TASK_CHANNEL, EventBus
 from backend.services.container import Services
 from backend.services.context import Deps
 from backend.services.resume import ResumeOutcome

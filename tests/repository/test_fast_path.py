@@ -367,7 +367,7 @@ async def test_pooler_mode_prepares_nothing_by_name_and_works(pg_url: str) -> No
 
 def test_only_transaction_scoped_locks_and_state_are_used() -> None:
     # Behind PgBouncer's transaction pooling a session-level lock, setting, LISTEN or temporary table
-    # would stay on a server connection other clients get next. The bus's LISTEN (backend/pgbus.py) is
+    # would stay on a server connection other clients get next. The bus's LISTEN (bus/postgres.py) is
     # on its own connection, TURNWISE_BROADCAST_URL, which must reach PostgreSQL directly.
     # (SQL keywords as the code writes them, upper case; functions as PostgreSQL names them)
     session_level = re.compile(
@@ -378,7 +378,7 @@ def test_only_transaction_scoped_locks_and_state_are_used() -> None:
     found = [
         f"{path.relative_to(root)}: {match.group(0)}"
         for path in root.rglob("*.py")
-        if path.name != "pgbus.py" and "migrations" not in path.parts
+        if path.relative_to(root).as_posix() != "bus/postgres.py" and "migrations" not in path.parts
         for match in session_level.finditer(path.read_text())
     ]
     assert found == []

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from backend.bus import TASK_CHANNEL
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
-from backend.events import TASK_CHANNEL
 from backend.services.clarifications import trusted
 from backend.services.container import Services
 from backend.services.operations import ReservationGate

@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import delete
 
 from backend import faults
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
-from backend.events import EventBus
 from backend.repository import reservations, summaries
 from backend.services import startup
 from backend.services.container import Services

@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
-from backend.events import EventBus
 from backend.repository import messages, turns
 from backend.services.container import Services
 from backend.services.context import Deps

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.events import EventBus, MissingBusBackend
+from backend.bus import EventBus, MissingBusBackend
 
 REPO = Path(__file__).resolve().parents[2]
 

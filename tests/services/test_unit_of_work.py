@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
+from backend.bus import TASK_CHANNEL
 from backend.db.engine import Database
 from backend.db.tables import task_sessions
 from backend.domain.lifecycle import Answered
-from backend.events import TASK_CHANNEL
 from backend.repository import messages, summaries
 from backend.services.clarifications import trusted
 from backend.services.container import Services
