@@ -1,4 +1,5 @@
-"""The Strawberry ASGI view: authentication for HTTP and WebSocket, context construction."""
+"""The Strawberry ASGI view: authentication for HTTP and WebSocket, context construction, and the
+media types and status codes of GraphQL over HTTP."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 from strawberry.asgi import GraphQL
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse
+from strawberry.types import ExecutionResult
 
 from backend import jsoncodec
 from backend.api import graphiql
@@ -20,6 +23,97 @@ from backend.api.context import Context
 from backend.db.health import is_outage
 from backend.domain.errors import TurnwiseError, Unavailable
 from backend.services.container import Services
+
+GRAPHQL_RESPONSE_JSON = "application/graphql-response+json"
+JSON = "application/json"
+# What a request error (no `data` entry) gets under graphql-response+json: 400 unless the server
+# failed, so a client can tell its own mistakes from what is worth retrying.
+_SERVER_ERROR_STATUS = {"UNAVAILABLE": 503, "INTERNAL": 500}
+
+
+def response_media_type(accept: str | None) -> str | None:
+    """The media type to answer a request with this Accept header, or None when it accepts neither
+    of ours. By the GraphQL-over-HTTP spec and RFC 9110: each type takes the quality of the most
+    specific range naming it; the client's preferred one wins (quality, then the more specific
+    range, then the order listed). No header and wildcards alone get application/json, as the
+    spec's audit (graphql-http) expects and as every client that predates graphql-response+json
+    reads."""
+    if not accept or accept == "*/*" or not accept.strip():  # `*/*`: httpx, fetch, so our clients
+        return JSON
+    ranges = [_media_range(item) for item in accept.split(",")]
+    best: tuple[float, int, int] | None = None
+    chosen: str | None = None
+    for offered in (JSON, GRAPHQL_RESPONSE_JSON):  # JSON first: on a full tie (`*/*`) it stays
+        matches = [
+            (specificity, -position, quality)
+            for position, (media, quality) in enumerate(ranges)
+            if (specificity := _matches(media, offered)) is not None
+        ]
+        if not matches:
+            continue
+        specificity, position, quality = max(matches)
+        rank = (quality, specificity, position)
+        if quality > 0 and (best is None or rank > best):
+            best, chosen = rank, offered
+    return chosen
+
+
+def _media_range(item: str) -> tuple[str, float]:
+    media, *params = (part.strip().lower() for part in item.split(";"))
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip() == "q":
+            try:
+                return media, float(value)
+            except ValueError:
+                return media, 0.0
+    return media, 1.0
+
+
+def _matches(media_range: str, media_type: str) -> int | None:
+    """How specifically a range of an Accept header names the type: 2 exactly, 1 by `type/*`, 0 by
+    `*/*`; None when it does not."""
+    if media_range == media_type:
+        return 2
+    if media_range == media_type.split("/")[0] + "/*":
+        return 1
+    return 0 if media_range == "*/*" else None
+
+
+def _content_type(media_type: str) -> str:
+    # application/json keeps the exact header every existing client has seen; the newer type names
+    # its encoding, as the spec asks.
+    return media_type if media_type == JSON else f"{media_type}; charset=utf-8"
+
+
+def _is_request_error(result: ExecutionResult) -> bool:
+    """The request failed before execution (parse, validation, variable coercion): no data and only
+    errors without a path. A field error always has a path, also one that nulled the whole result."""
+    return result.data is None and bool(result.errors) and all(e.path is None for e in result.errors or ())
+
+
+def _request_error_status(errors: list[Any]) -> int:
+    for error in errors:
+        code = (error.get("extensions") or {}).get("code") if isinstance(error, dict) else None
+        if code in _SERVER_ERROR_STATUS:
+            return _SERVER_ERROR_STATUS[code]
+    return 400
+
+
+def _error_response(
+    message: str,
+    code: str,
+    status_code: int,
+    media_type: str = JSON,
+    *,
+    headers: dict[str, str] | None = None,
+    **extensions: object,
+) -> Response:
+    """An answer the view gives itself (no operation ran), in GraphQL's shape: no `data` entry."""
+    body = {"errors": [{"message": message, "extensions": {"code": code, **extensions}}]}
+    response = Response(json.dumps(body), status_code=status_code, headers=headers)
+    response.headers["content-type"] = _content_type(media_type)
+    return response
 
 
 def _wants_ide(scope: Scope) -> bool:
@@ -46,39 +140,72 @@ class GraphQLView(GraphQL[Context, None]):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not _wants_ide(scope):
             request = Request(scope, receive)
+            media_type = response_media_type(request.headers.get("accept"))
+            if media_type is None:
+                # The spec's recommended answer to an Accept we cannot meet, before any work.
+                message = f"Accept {GRAPHQL_RESPONSE_JSON} or {JSON}"
+                await _error_response(message, "NOT_ACCEPTABLE", 406)(scope, receive, send)
+                return
             try:
                 principal = await self.authenticator.authenticate(
                     bearer_from_header(request.headers.get("authorization"))
                 )
             except TurnwiseError as exc:
-                body = {"errors": [{"message": str(exc), "extensions": {"code": exc.code}}]}
-                response = Response(
-                    json.dumps(body),
-                    status_code=401,
-                    media_type="application/json",
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+                headers = {"WWW-Authenticate": "Bearer"}
+                response = _error_response(str(exc), exc.code, 401, media_type, headers=headers)
                 await response(scope, receive, send)
                 return
             except Exception as exc:
                 if not is_outage(exc):
                     raise
                 # A token not yet cached could not be looked up: the database is gone for now.
-                await unavailable_response()(scope, receive, send)
+                await unavailable_response(media_type)(scope, receive, send)
                 return
-            scope.setdefault("state", {})["principal"] = principal
+            state = scope.setdefault("state", {})
+            state["principal"] = principal
+            state["media_type"] = media_type
             try:
                 response = await self.run(request)
             except HTTPException as exc:
                 # Not a GraphQL request at all (bad JSON, a batch, a wrong method): still answer in
                 # GraphQL's shape, so every client reads errors one way.
-                body = {"errors": [{"message": exc.reason, "extensions": {"code": "BAD_REQUEST"}}]}
-                response = Response(
-                    json.dumps(body), status_code=exc.status_code, media_type="application/json"
-                )
+                response = _error_response(exc.reason, "BAD_REQUEST", exc.status_code, media_type)
             await response(scope, receive, send)
             return
         await super().__call__(scope, receive, send)
+
+    async def get_sub_response(self, request: Request | WebSocket) -> Response:
+        sub_response = await super().get_sub_response(request)
+        # Carried to `create_response`, which Strawberry calls without the request.
+        sub_response.media_type = request.scope.get("state", {}).get("media_type", JSON)
+        return sub_response
+
+    async def process_result(self, request: Request, result: ExecutionResult) -> GraphQLHTTPResponse:
+        response_data = await super().process_result(request, result)
+        if _is_request_error(result):
+            # The GraphQL spec: a request that failed before execution has no `data` entry (Strawberry
+            # writes `"data": null`, which would claim that execution ran and failed).
+            response_data.pop("data", None)
+        return response_data
+
+    def create_response(
+        self,
+        response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse],
+        sub_response: Response,
+    ) -> Response:
+        # Strawberry's answer is application/json and 200, always; GraphQL over HTTP asks for the
+        # negotiated type and, under graphql-response+json, a 4xx/5xx for a response without `data`.
+        response = super().create_response(response_data, sub_response)
+        media_type = sub_response.media_type or JSON
+        response.headers["content-type"] = _content_type(media_type)
+        if (
+            media_type == GRAPHQL_RESPONSE_JSON
+            and not isinstance(response_data, list)  # batches are refused before this
+            and "data" not in response_data
+            and not sub_response.status_code  # a resolver's own choice stands
+        ):
+            response.status_code = _request_error_status(response_data.get("errors") or [])
+        return response
 
     def decode_json(self, data: str | bytes) -> object:
         return jsoncodec.loads(data)
@@ -111,12 +238,14 @@ class GraphQLView(GraphQL[Context, None]):
         return None
 
 
-def unavailable_response() -> Response:
+def unavailable_response(media_type: str = JSON) -> Response:
     """What an HTTP request gets when the database is gone before its operation could start."""
     unavailable = Unavailable()
-    body = {
-        "errors": [{"message": str(unavailable), "extensions": {"code": unavailable.code, "retryable": True}}]
-    }
-    return Response(
-        json.dumps(body), status_code=503, media_type="application/json", headers={"Retry-After": "1"}
+    return _error_response(
+        str(unavailable),
+        unavailable.code,
+        503,
+        media_type,
+        headers={"Retry-After": "1"},
+        retryable=True,
     )
