@@ -166,7 +166,7 @@ _INSERT_AND_SET_STATE = Prepared(
 _INSERT_ROW = Prepared(_INSERT_ROW_STATEMENT)
 
 
-def _bundle_row(row: Any) -> BundleRow:
+def bundle_row(row: Any) -> BundleRow:
     m = row._mapping
     return BundleRow(
         m["id"], m["session_id"], m["turn_id"], rows.metadata_of(m["metadata"], where=f"message {m['id']}")
@@ -217,7 +217,7 @@ async def bundle_facts(
         if entry is None:
             current = None if row.current_turn is None else str(row.current_turn)
             entry = out[row.pending_id] = ([], row.task_id, row.state, current)
-        entry[0].append(_bundle_row(row))
+        entry[0].append(bundle_row(row))
     for rows_, *_ in out.values():
         rows_.sort(key=lambda r: (_index(r), r.id))
     return out
@@ -627,7 +627,7 @@ async def claim_bumping(
         .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
         _bound(session_id, pending_id),
     )
-    return [_bundle_row(r) for r in result], False
+    return [bundle_row(r) for r in result], False
 
 
 def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
@@ -717,7 +717,7 @@ async def _claim_one(
         params["b_question_id"] = question_id
         params["b_patch_answer"] = json_patch({**base, "response": value.as_response()})
     claimed = await _claim_one_statement(tuple(base), answer is not None, bump=bump).rows(conn, params)
-    return [_bundle_row(r) for r in claimed]
+    return [bundle_row(r) for r in claimed]
 
 
 def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement[bool]]:
@@ -799,7 +799,7 @@ async def settle_claim_and_resume(
     if len(message_ids) == 1 and conn.dialect.name == "postgresql":
         params = {"b_id": message_ids[0], "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
         found = await _SETTLE_AND_RESUME.rows(conn, params)
-        return [_bundle_row(r) for r in found], bool(found) and found[0].bumped == 1
+        return [bundle_row(r) for r in found], bool(found) and found[0].bumped == 1
     settled = await settle_claim(conn, message_ids, claim_id)
     if not settled:
         return [], False
@@ -811,12 +811,12 @@ async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_
     the intent while it is still set by this claim. `updated_at` keeps the response time."""
     if len(message_ids) == 1:
         settled = await _SETTLE_ONE.rows(conn, {"b_id": message_ids[0], "b_claim": claim_id})
-        return [_bundle_row(r) for r in settled]
+        return [bundle_row(r) for r in settled]
     result = await conn.execute(_SETTLE_CLAIM, {"b_ids": list(message_ids), "b_claim": claim_id})
-    return [_bundle_row(r) for r in result]
+    return [bundle_row(r) for r in result]
 
 
-_RESTORE_REMOVES = (INTENT_KEY, CLAIM_KEY, "response")
+RESTORE_REMOVES = (INTENT_KEY, CLAIM_KEY, "response")
 
 
 async def restore_claim(
@@ -835,91 +835,11 @@ async def restore_claim(
             _IN_CURRENT_TURN,
             _SESSION_LIVE,
         )
-        .values(metadata=json_update(M.c.metadata, values, remove=_RESTORE_REMOVES), updated_at=utcnow())
+        .values(metadata=json_update(M.c.metadata, values, remove=RESTORE_REMOVES), updated_at=utcnow())
         .returning(M.c.id),
         _bound(session_id),
     )
     return [r.id for r in result]
-
-
-# --- startup recovery ---------------------------------------------------------------------------
-
-
-async def delivery_intents(conn: AsyncConnection) -> list[BundleRow]:
-    """Every row still carrying a durable delivery intent (startup only)."""
-    result = await conn.execute(
-        select(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata).where(
-            M.c.type == MESSAGE_KIND_CLARIFICATION, json_flag(M.c.metadata, INTENT_KEY)
-        )
-    )
-    return [_bundle_row(r) for r in result]
-
-
-async def restore_intents(conn: AsyncConnection, message_ids: Sequence[str]) -> list[tuple[str, str]]:
-    """Restore intent rows whose turn is still current in a live session; (message id, session id)."""
-    if not message_ids:
-        return []
-    result = await conn.execute(
-        update(M)
-        .where(
-            M.c.id.in_(list(message_ids)),
-            json_flag(M.c.metadata, INTENT_KEY),
-            M.c.turn_id == current_turn_id(M.c.session_id),
-            exists().where(S.c.id == M.c.session_id, session_is_live(S.c.state)),
-        )
-        .values(
-            metadata=json_update(
-                M.c.metadata, {"status": ClarificationStatus.PENDING.value}, remove=_RESTORE_REMOVES
-            ),
-            updated_at=utcnow(),
-        )
-        .returning(M.c.id, M.c.session_id)
-    )
-    return [(r.id, r.session_id) for r in result]
-
-
-async def retire_intents(conn: AsyncConnection, message_ids: Sequence[str]) -> list[tuple[str, str]]:
-    """Remove the intent from rows that may not become active again; they stay terminal."""
-    if not message_ids:
-        return []
-    result = await conn.execute(
-        update(M)
-        .where(M.c.id.in_(list(message_ids)), json_flag(M.c.metadata, INTENT_KEY))
-        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-        .returning(M.c.id, M.c.session_id)
-    )
-    return [(r.id, r.session_id) for r in result]
-
-
-async def attached_waiter_rows(conn: AsyncConnection) -> list[tuple[str, str, str | None]]:
-    """(message id, session id, waiter instance) of pending current-turn rows still marked attached."""
-    result = await conn.execute(
-        select(M.c.id, M.c.session_id, json_text(M.c.metadata, "waiter_instance").label("instance"))
-        .join(S, S.c.id == M.c.session_id)
-        .where(
-            active_clarification_rows(M, S.c.state),
-            not_(json_flag(M.c.metadata, "agent_disconnected")),
-        )
-    )
-    return [(r.id, r.session_id, r.instance) for r in result]
-
-
-async def detach_rows(conn: AsyncConnection, message_ids: Sequence[str]) -> list[tuple[str, str]]:
-    """Detach these rows if they are still pending, attached and current (recovery of dead waiters)."""
-    if not message_ids:
-        return []
-    result = await conn.execute(
-        update(M)
-        .where(
-            M.c.id.in_(list(message_ids)),
-            is_pending_status(M),
-            not_(json_flag(M.c.metadata, "agent_disconnected")),
-            M.c.turn_id == current_turn_id(M.c.session_id),
-        )
-        .values(metadata=json_update(M.c.metadata, {"agent_disconnected": True}))
-        .returning(M.c.id, M.c.session_id)
-    )
-    return [(r.id, r.session_id) for r in result]
 
 
 # --- workflow guard -----------------------------------------------------------------------------

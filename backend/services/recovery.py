@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 from backend.db.engine import utcnow
 from backend.domain.errors import CorruptData
-from backend.repository import clarifications as repo
 from backend.repository import instances, tasks
+from backend.repository import recovery as recovery_repo
 from backend.services.context import Deps
 from backend.services.resume_recovery import ReservationRecovery, ReservationRecoveryError
 from backend.services.uow import uow
@@ -60,7 +60,7 @@ class Recovery:
         """
         async with uow(self.deps) as w:
             conn = w.conn
-            rows = [r for r in await repo.delivery_intents(conn) if not self.reservations.owns(r)]
+            rows = [r for r in await recovery_repo.delivery_intents(conn) if not self.reservations.owns(r)]
             if not rows:
                 return (0, 0)
             pending = [r.id for r in rows if r.is_pending]
@@ -68,9 +68,9 @@ class Recovery:
                 raise CorruptData(f"delivery intent on pending rows {', '.join(sorted(pending))}")
             await w.lock({r.session_id for r in rows})
             ids = [r.id for r in rows]
-            restored = await repo.restore_intents(conn, ids)
+            restored = await recovery_repo.restore_intents(conn, ids)
             done = {m for m, _ in restored}
-            retired = await repo.retire_intents(conn, [i for i in ids if i not in done])
+            retired = await recovery_repo.retire_intents(conn, [i for i in ids if i not in done])
             w.touch(*(s for _, s in restored))
             task_of = {
                 s.id: s.task_id for s in await tasks.sessions_by_id(conn, {r.session_id for r in rows})
@@ -101,7 +101,7 @@ class Recovery:
         """
         async with uow(self.deps) as w:
             conn = w.conn
-            rows = await repo.attached_waiter_rows(conn)
+            rows = await recovery_repo.attached_waiter_rows(conn)
             if not rows:
                 return 0
             beats = await instances.heartbeats(conn, [i for _, _, i in rows if i])
@@ -117,7 +117,7 @@ class Recovery:
                 )
             ]
             await w.lock({s for _, s, _ in rows})
-            changed = await repo.detach_rows(conn, orphaned)
+            changed = await recovery_repo.detach_rows(conn, orphaned)
             task_of = {s.id: s.task_id for s in await tasks.sessions_by_id(conn, {s for _, s in changed})}
             for message_id, session_id in changed:
                 w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from backend import faults
 from backend.domain.clarification import flag
 from backend.domain.lifecycle import CLAIM_KEY, BundleRow
-from backend.repository import clarifications as clarification_repo
+from backend.repository import recovery as recovery_repo
 from backend.repository import reservations
 from backend.repository.reservations import StoredReservation
 from backend.services.context import Deps
@@ -157,10 +157,10 @@ class ReservationRecovery:
             # Empty and unattempted: the prompt was never sent. The WHERE re-checks that.
             deleted = set(await reservations.delete_empty(conn, [r.id for r, _ in empty]))
             restore_ids = [i for r, ids in empty if r.id in deleted for i in ids]
-            restored = await clarification_repo.restore_intents(conn, restore_ids)
+            restored = await recovery_repo.restore_intents(conn, restore_ids)
             # Attempted or message-backed: maybe running. Keep it, retire the claim, queue the start event.
             moved = set(await reservations.move_to_outbox(conn, [r.id for r, _ in ambiguous]))
-            await clarification_repo.retire_intents(
+            await recovery_repo.retire_intents(
                 conn, [i for r, ids in ambiguous if r.id in moved for i in ids]
             )
             w.touch(*(r.session_id for r, _ in checked if r.id in deleted or r.id in moved))
