@@ -23,7 +23,6 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
-import hashlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -81,11 +80,11 @@ def _require_backend(url: str) -> None:
 def _backend_for(url: str) -> BroadcastBackend:
     scheme = _scheme(url)
     if scheme in ("postgres", "postgresql"):
-        from backend.pgbus import PostgresBus
+        from backend.bus.postgres import PostgresBus
 
         return PostgresBus(url)
     if scheme in ("redis", "rediss"):
-        from backend.redisbus import RedisBus
+        from backend.bus.redis_backend import RedisBus
 
         return RedisBus(url)
     # Anything else broadcaster knows (memory://) is built by broadcaster itself.
@@ -587,10 +586,3 @@ class EventBus:
     @property
     def channel_count(self) -> int:
         return len(self._channels)
-
-
-def bus_channel_name(channel: str, limit: int = 63) -> str:
-    """A channel name the broker accepts: PostgreSQL identifiers hold at most 63 bytes."""
-    if len(channel.encode()) <= limit:
-        return channel
-    return "turnwise.h." + hashlib.sha256(channel.encode()).hexdigest()[:40]

@@ -21,8 +21,8 @@ import asyncpg  # type: ignore[import-untyped]
 from broadcaster._backends.base import BroadcastBackend
 from broadcaster._base import Event
 
+from backend.bus.names import bus_channel_name
 from backend.domain.ids import new_id
-from backend.events import bus_channel_name
 
 # NOTIFY payloads must stay under 8000 bytes; a chunk carries at most CHUNK characters (4 bytes
 # each at worst in UTF-8) plus its header.
