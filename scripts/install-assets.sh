@@ -2,7 +2,8 @@
 # Installs the browser runtimes from the npm registry at the versions frontend_py/package.json pins
 # and copies what pages load into frontend_py/web/vendor/, so nothing is fetched from a CDN at run
 # time. Idempotent: a stamp records what was installed, and a second run with nothing changed is a
-# no-op. Set ASSETS_FORCE=1 to reinstall.
+# no-op. Set ASSETS_FORCE=1 to reinstall. The devDependencies are for the browser tests only (axe-core,
+# injected into pages by tests/e2e from node_modules) and are never copied into vendor/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,16 +24,17 @@ fi
 
 echo "install-assets: installing pinned browser runtimes"
 if [ -f "$front/package-lock.json" ]; then
-  npm ci --prefix "$front" --no-audit --no-fund --ignore-scripts --loglevel=error
+  npm ci --prefix "$front" --include=dev --no-audit --no-fund --ignore-scripts --loglevel=error
 else
-  npm install --prefix "$front" --no-audit --no-fund --ignore-scripts --loglevel=error
+  npm install --prefix "$front" --include=dev --no-audit --no-fund --ignore-scripts --loglevel=error
 fi
 
 # Refuse a tree that does not hold exactly the pinned versions (a stale lock, a manual install).
 node - "$front" <<'JS'
 const path = require("path");
 const front = process.argv[2];
-const pins = require(path.resolve(front, "package.json")).dependencies;
+const manifest = require(path.resolve(front, "package.json"));
+const pins = { ...manifest.dependencies, ...manifest.devDependencies };
 let bad = 0;
 for (const [name, want] of Object.entries(pins)) {
   const got = require(path.resolve(front, "node_modules", name, "package.json")).version;

@@ -20,6 +20,10 @@ except ImportError:  # MicroPython: annotations are never evaluated there
 
 PHONE_MEDIA = "(max-width: 767px)"
 TOKEN_KEY = "turnwise.token"
+ARROWS = {"ArrowDown": 1, "ArrowRight": 1, "ArrowUp": -1, "ArrowLeft": -1}
+# Focus requests for the card slot's next render: the control that reopens a hidden card, the card.
+REOPEN_KEY = "clarification-reopen|"
+CARD_KEY = "clarification-card|"
 LIFETIMES = Lifetimes()  # listener proxies for the page, tasks until they end
 
 
@@ -98,6 +102,8 @@ class App:
         self.card_busy = False
         self.card_error: str | None = None
         self.hidden: set[str] = set()
+        # What takes focus after the card slot's next render (a ``_focus_key``), when not where it was.
+        self.focus_request: str | None = None
         self.resolved: set[str] = set()
         self.notice: tuple[str | None, Any] | None = None
         self.summary_sub: str | None = None
@@ -150,15 +156,18 @@ class App:
 
     def _listen(self) -> None:
         handlers = [
-            (document, "click", self.on_click),
-            (document, "input", self.on_input),
-            (document, "keydown", self.on_key),
+            (document, "click", self.on_click, False),
+            (document, "input", self.on_input, False),
+            (document, "keydown", self.on_key, False),
+            # Scroll events do not bubble: the card body's are caught on the way down.
+            (document, "scroll", self.on_scroll, True),
+            (js.window, "resize", lambda _event: self._update_more(), False),
             # PyScript's ``window`` proxy cannot bind addEventListener under MicroPython; js.window can.
-            (js.window, "popstate", lambda _event: self.set_route(str(window.location.pathname))),
-            (self.media, "change", lambda _event: self._apply_layout()),
+            (js.window, "popstate", lambda _event: self.set_route(str(window.location.pathname)), False),
+            (self.media, "change", lambda _event: self._apply_layout(), False),
         ]
-        for target, name, handler in handlers:
-            target.addEventListener(name, LIFETIMES.keep(create_proxy(handler)))
+        for target, name, handler, capture in handlers:
+            target.addEventListener(name, LIFETIMES.keep(create_proxy(handler)), capture)
 
     def _mount_controller(self) -> ActivationController:
         # One controller per mounted sheet: the phone drawer closes itself, the sidebar does not.
@@ -421,7 +430,10 @@ class App:
         elif action == "show-card":
             if self.card_pending:
                 self.hidden.discard(self.card_pending)
+                self.focus_request = CARD_KEY
             self.render()
+        elif action == "hide-card":
+            self._hide_card()
         elif action == "dismiss-notice":
             self.notice = None
             self.render()
@@ -438,17 +450,56 @@ class App:
             question_id = _attr(target, "data-question-id")
             if question_id is not None:
                 self.custom[question_id] = str(target.value)
+                self._update_more()  # the box grows with its text
 
     def on_key(self, event: Any) -> None:
-        if str(event.key) != "Escape":
+        key = str(event.key)
+        if key in ARROWS:
+            target = event.target
+            if str(target.nodeType) == "1" and _attr(target, "role") == "radio":
+                event.preventDefault()
+                self._move_radio(target, ARROWS[key])
+            return
+        if key != "Escape":
             return
         if self.drawer_open:
             self.set_drawer(False)
+            document.getElementById("drawer-toggle").focus()
             return
         # Escape only hides the card: rejecting a question is an explicit Skip, never a side effect.
+        self._hide_card()
+
+    def on_scroll(self, event: Any) -> None:
+        target = event.target
+        if str(target.nodeType) == "1" and target.classList.contains("card-body"):
+            self._update_more()
+
+    def _hide_card(self) -> None:
+        """Hide the card (the question keeps waiting); focus moves to the control that reopens it."""
         if self.card_pending and self.card_pending not in self.hidden:
             self.hidden.add(self.card_pending)
+            self.focus_request = REOPEN_KEY
             self.render()
+
+    def _move_radio(self, radio: Any, step: int) -> None:
+        """Arrow keys in a "choose one" group: the next (or previous) option is chosen and focused."""
+        group = radio.closest("[role=radiogroup]")
+        if _js_none(group):
+            return
+        radios = group.querySelectorAll("[role=radio]")
+        count = int(radios.length)
+        current = _attr(radio, "data-option-id")
+        index = 0
+        for position in range(count):
+            if _attr(radios.item(position), "data-option-id") == current:
+                index = position
+        chosen = radios.item((index + step) % count)
+        question_id = _attr(chosen, "data-question-id") or ""
+        option_id = _attr(chosen, "data-option-id") or ""
+        self.selections[question_id] = [option_id]
+        self.card_error = None
+        self.focus_request = "clarification-option-" + option_id + "|" + question_id
+        self.render()
 
     def _toggle_option(self, question_id: str, option_id: str) -> None:
         question = None
@@ -537,6 +588,86 @@ class App:
         document.getElementById(element_id).innerHTML = html
         return True
 
+    @staticmethod
+    def _focus_key(element: Any) -> str | None:
+        """What names a control across renders: its test id and its question."""
+        if _js_none(element) or str(element.nodeType) != "1":
+            return None
+        test_id = _attr(element, "data-testid")
+        return None if test_id is None else test_id + "|" + (_attr(element, "data-question-id") or "")
+
+    def _find(self, root: Any, key: str) -> Any:
+        if self._focus_key(root) == key:
+            return root
+        nodes = root.querySelectorAll("[data-testid]")
+        for position in range(int(nodes.length)):
+            node = nodes.item(position)
+            if self._focus_key(node) == key:
+                return node
+        return None
+
+    def _set_card_slot(self, html: str) -> bool:
+        """Render the card slot, keeping the card body's scroll position and the focus.
+
+        Every choice re-renders the card: the focused control (or the caret in a text box) and the
+        scrolled-to question stay where they were. When the focused control is gone (the card was
+        hidden or answered), focus goes to the control that reopens it, a notice, or the transcript.
+        """
+        slot = document.getElementById("card-slot")
+        active = document.activeElement
+        inside = not _js_none(active) and bool(slot.contains(active))
+        key = self._focus_key(active) if inside else None
+        caret = None
+        if inside and str(active.tagName) == "TEXTAREA":
+            caret = (int(active.selectionStart), int(active.selectionEnd))
+        old_card = slot.querySelector(".card")
+        old_pending = None if _js_none(old_card) else _attr(old_card, "data-pending-id")
+        old_body = slot.querySelector(".card-body")
+        top = 0 if _js_none(old_body) else int(old_body.scrollTop)
+        changed = self._set_html("card-slot", html)
+        card = slot.querySelector(".card")
+        if changed and not _js_none(card) and old_pending == _attr(card, "data-pending-id"):
+            card.querySelector(".card-body").scrollTop = top
+        request, self.focus_request = self.focus_request, None
+        target = None
+        if request is not None:
+            target = self._find(slot, request)
+        elif changed and inside:
+            target = self._find(slot, key) if key is not None else None
+            if target is not None and _attr(target, "disabled") is not None:
+                target = card  # Submit while the answer is on its way: the card keeps the focus
+            if target is None:
+                target = self._find(slot, REOPEN_KEY)
+            if target is None:
+                for notice in ("clarification-conflict|", "clarification-queued|"):
+                    found = self._find(slot, notice)
+                    if target is None and found is not None:
+                        target = found.querySelector("button")
+            if target is None or _js_none(target):
+                target = document.getElementById("transcript")
+        if target is not None and not _js_none(target):
+            target.focus()
+            if caret is not None and str(target.tagName) == "TEXTAREA":
+                target.setSelectionRange(caret[0], caret[1])
+        self._update_more()
+        return changed
+
+    def _update_more(self) -> None:
+        """Mark the card while its body has more above or below (a shadow and "More below")."""
+        card = document.querySelector("#card-slot .card")
+        if _js_none(card):
+            return
+        body = card.querySelector(".card-body")
+        top = float(body.scrollTop)
+        more = []
+        if top > 1:
+            more.append("above")
+        if top + float(body.clientHeight) < float(body.scrollHeight) - 1:
+            more.append("below")
+        value = " ".join(more)
+        if _attr(card, "data-more") != value:
+            card.setAttribute("data-more", value)
+
     def _questions(self, session_id: str | None, pending_id: str | None) -> list[dict[str, Any]]:
         if session_id is None or pending_id is None:
             return []
@@ -611,7 +742,7 @@ class App:
             self._set_html("task-head", home)
             self._set_html("tabs", "")
             self._set_html("transcript", "")
-            self._set_html("card-slot", "")
+            self._set_card_slot("")
             self._reset_draft(None)
             return
         sessions = self.store.task_sessions(task_id)
@@ -634,7 +765,7 @@ class App:
             if owner is not None:
                 hint = "A session of this task needs your input: it is marked with a dot above."
             self._set_html("transcript", '<p class="empty">' + view.esc(hint) + "</p>")
-            self._set_html("card-slot", self._notice_html())
+            self._set_card_slot(self._notice_html())
             self._reset_draft(None)
             return
         active_ids = self.store.session_pending(session_id)[1]
@@ -684,7 +815,7 @@ class App:
                     self.card_busy,
                     self.card_error,
                 )
-        return self._set_html("card-slot", html)
+        return self._set_card_slot(html)
 
 
 def show_signin(message: str | None = None) -> None:
@@ -694,15 +825,42 @@ def show_signin(message: str | None = None) -> None:
     note = document.getElementById("signin-note")
     note.textContent = message or ""
     form = document.getElementById("signin-form")
+    field = document.getElementById("signin-token")
+    button = form.querySelector("button[type=submit]")
+    if message:
+        field.setAttribute("aria-invalid", "true")
+
+    async def check(value: str) -> None:
+        # The token is tried before it is kept: a refused one stays in the field to be corrected.
+        button.disabled = True
+        note.textContent = ""
+        refused = None
+        try:
+            await net.Http(str(window.location.origin) + "/graphql", value).query(queries.SIGN_IN_CHECK)
+        except net.Unauthorized:
+            refused = "That token was not accepted. Check it and try again."
+        except Exception:  # noqa: BLE001 - no answer at all: the server cannot be reached
+            refused = "Could not reach the server. Try again in a moment."
+        button.disabled = False
+        if refused is not None:
+            note.textContent = refused
+            field.setAttribute("aria-invalid", "true")
+            field.focus()
+            return
+        window.localStorage.setItem(TOKEN_KEY, value)
+        window.location.reload()
 
     def submit(event: Any) -> None:
         event.preventDefault()
-        value = str(document.getElementById("signin-token").value).strip()
-        if value:
-            window.localStorage.setItem(TOKEN_KEY, value)
-            window.location.reload()
+        value = str(field.value).strip()
+        if value and not button.disabled:
+            _spawn(check(value))
+
+    def edited(_event: Any) -> None:
+        field.removeAttribute("aria-invalid")
 
     form.addEventListener("submit", LIFETIMES.keep(create_proxy(submit)))
+    field.addEventListener("input", LIFETIMES.keep(create_proxy(edited)))
 
 
 async def start() -> None:

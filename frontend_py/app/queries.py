@@ -69,3 +69,6 @@ SESSION_EVENTS = (
     + MESSAGE_FIELDS
     + " } projection { sessionId pendingAction revision { epoch sequence } } } }"
 )
+
+# The sign-in form tries a token with this before keeping it: a refused one is HTTP 401.
+SIGN_IN_CHECK = "query SignInCheck { __typename }"

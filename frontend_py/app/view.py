@@ -240,6 +240,48 @@ def transcript(
 # --- clarification card ------------------------------------------------------------------------
 
 
+CHEVRON_ICON = (
+    '<svg viewBox="0 0 20 20" aria-hidden="true"><path d="M5 8l5 5 5-5" stroke="currentColor" '
+    'stroke-width="2" fill="none" stroke-linecap="round" stroke-linejoin="round"/></svg>'
+)
+
+
+def _option(question_id: str, option: dict[str, Any], multi: bool, pressed: bool, tabbable: bool) -> str:
+    """One option: a toggle button in a "choose any" question, a radio in a "choose one" group."""
+    option_id = option.get("id") or ""
+    description = option.get("description")
+    if multi:
+        state = ' aria-pressed="' + ("true" if pressed else "false") + '"'
+    else:
+        # A radio group is one tab stop: the chosen radio (or the first) takes focus, arrows move.
+        state = (
+            ' role="radio" aria-checked="'
+            + ("true" if pressed else "false")
+            + '" tabindex="'
+            + ("0" if tabbable else "-1")
+            + '"'
+        )
+    return (
+        '<button type="button" class="option'
+        + (" chosen" if pressed else "")
+        + (" multi" if multi else "")
+        + '" data-action="option" data-question-id="'
+        + esc(question_id)
+        + '" data-option-id="'
+        + esc(option_id)
+        + '" data-testid="clarification-option-'
+        + esc(option_id)
+        + '"'
+        + state
+        + '><span class="mark" aria-hidden="true"></span><span class="option-text">'
+        + '<span class="option-label">'
+        + esc(option.get("label"))
+        + "</span>"
+        + ('<span class="option-desc">' + esc(description) + "</span>" if description else "")
+        + "</span></button>"
+    )
+
+
 def card(
     pending_id: str,
     questions: list[dict[str, Any]],
@@ -256,10 +298,14 @@ def card(
             detached = True
     parts = [
         '<section class="card" role="dialog" aria-modal="false" aria-labelledby="card-title" '
-        'data-testid="clarification-card" data-pending-id="' + esc(pending_id) + '">',
+        'tabindex="-1" data-testid="clarification-card" data-pending-id="' + esc(pending_id) + '">',
         '<header class="card-head"><span class="card-badge">' + QUESTION_ICON + "</span>"
         '<h2 id="card-title">The agent needs your input</h2>'
-        '<span class="card-hint">Esc to hide</span></header>',
+        # Hiding keeps the question waiting (Skip is the one that rejects it); Escape does the same.
+        '<button type="button" class="card-hide" data-action="hide-card" data-testid="clarification-hide" '
+        'aria-keyshortcuts="Escape" title="Hide the question (Esc); it keeps waiting">'
+        + CHEVRON_ICON
+        + '<span>Hide</span><kbd class="card-key" aria-hidden="true">Esc</kbd></button></header>',
     ]
     # The body scrolls; the header and the Skip/Submit footer stay in view however long the bundle.
     parts.append('<div class="card-body">')
@@ -271,48 +317,50 @@ def card(
             "for this answer. It is resumed with your answer when you submit it, at once or "
             "when it comes back.</p>"
         )
-    for question in questions:
+    for number, question in enumerate(questions, 1):
         question_id = question.get("questionId") or ""
         chosen = selections.get(question_id) or []
         multi = bool(question.get("multiSelect"))
+        # Ids by position: question ids are the agent's strings, not safe inside id references.
+        text_id = "card-q" + str(number) + "-text"
         parts.append('<fieldset class="q" data-question-id="' + esc(question_id) + '">')
         title = question.get("title")
-        legend = '<legend class="q-legend">'
+        # The title and "Choose one/any" share a line above the prompt (a card is short of room).
+        legend = '<legend class="q-legend"><span class="q-head">'
         if title:
             legend += '<span class="q-title">' + esc(title) + "</span>"
-        legend += '<span class="q-text">' + esc(question.get("prompt")) + "</span>"
-        legend += '<span class="q-mode">' + ("Choose any" if multi else "Choose one") + "</span></legend>"
+        legend += '<span class="q-mode">' + ("Choose any" if multi else "Choose one") + "</span></span>"
+        legend += '<span class="q-text" id="' + text_id + '">' + esc(question.get("prompt"))
+        legend += "</span></legend>"
         parts.append(legend)
-        parts.append('<div class="options">')
-        for option in question.get("options") or []:
+        options = question.get("options") or []
+        if multi:
+            parts.append('<div class="options">')
+        else:
+            parts.append('<div class="options" role="radiogroup" aria-labelledby="' + text_id + '">')
+        stop = ""
+        for option in options:
+            if (option.get("id") or "") in chosen:
+                stop = option.get("id") or ""
+        if not stop and options:
+            stop = options[0].get("id") or ""
+        for option in options:
             option_id = option.get("id") or ""
-            pressed = option_id in chosen
-            description = option.get("description")
-            parts.append(
-                '<button type="button" class="option'
-                + (" chosen" if pressed else "")
-                + (" multi" if multi else "")
-                + '" data-action="option" data-question-id="'
-                + esc(question_id)
-                + '" data-option-id="'
-                + esc(option_id)
-                + '" data-testid="clarification-option-'
-                + esc(option_id)
-                + '" aria-pressed="'
-                + ("true" if pressed else "false")
-                + '"><span class="mark" aria-hidden="true"></span><span class="option-text">'
-                + '<span class="option-label">'
-                + esc(option.get("label"))
-                + "</span>"
-                + ('<span class="option-desc">' + esc(description) + "</span>" if description else "")
-                + "</span></button>"
-            )
+            parts.append(_option(question_id, option, multi, option_id in chosen, option_id == stop))
         parts.append("</div>")
+        # Each box is named after its own question, so two boxes never share one label.
+        own_id = "card-q" + str(number) + "-own"
         parts.append(
-            '<textarea class="custom" rows="2" data-question-id="'
+            '<span class="visually-hidden" id="'
+            + own_id
+            + '">Your own answer to</span><textarea class="custom" rows="2" data-question-id="'
             + esc(question_id)
             + '" data-testid="clarification-custom-text" placeholder="Or write your own answer" '
-            + 'aria-label="Your own answer">'
+            + 'aria-labelledby="'
+            + own_id
+            + " "
+            + text_id
+            + '">'
             + esc(custom.get(question_id) or "")
             + "</textarea></fieldset>"
         )
@@ -323,7 +371,10 @@ def card(
     parts.append("</div>")
     disabled = " disabled" if busy else ""
     parts.append(
-        '<footer class="card-actions"><button type="button" class="btn ghost" data-action="skip" '
+        '<footer class="card-actions"><span class="card-more" aria-hidden="true">'
+        + CHEVRON_ICON
+        + "More below</span>"
+        '<button type="button" class="btn ghost" data-action="skip" '
         'data-testid="clarification-skip"' + disabled + ">Skip</button>"
         '<button type="button" class="btn primary" data-action="submit" data-testid="clarification-submit"'
         + disabled

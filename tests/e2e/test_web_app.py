@@ -294,6 +294,7 @@ async def test_escape_after_detach_closes_the_card_without_rejecting(
     await page.keyboard.press("Escape")
     await expect(_card(page)).to_have_count(0)
     await expect(page.get_by_test_id("clarification-reopen")).to_be_visible()
+    await expect(page.get_by_test_id("clarification-reopen")).to_be_focused()
     await page.reload()
     # The reloaded page found the question still active: Escape sent nothing that rejected it.
     await expect(_card(page)).to_be_visible()
@@ -501,6 +502,11 @@ async def test_without_a_stored_token_the_sign_in_form_signs_in(
     await page.get_by_test_id("signin-submit").click()
     await expect(page.get_by_test_id("signin-token")).to_be_visible()
     await expect(page.locator("#signin-note")).to_contain_text("not accepted")
+    # The refused token stays in the field, marked, to be corrected rather than typed again.
+    await expect(page.get_by_test_id("signin-token")).to_have_value("not-a-token")
+    await expect(page.get_by_test_id("signin-token")).to_have_attribute("aria-invalid", "true")
+    await expect(page.get_by_test_id("signin-token")).to_be_focused()
+    assert await page.evaluate("localStorage.getItem('turnwise.token')") is None
     await page.get_by_test_id("signin-token").fill(ADMIN_TOKEN)
     await page.get_by_test_id("signin-submit").click()
     await expect(page.get_by_test_id(f"task-row-{task_id}")).to_be_visible()
