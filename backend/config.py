@@ -61,6 +61,9 @@ class Settings:
     broadcast_url: str = "memory://"
     bootstrap_token: str | None = None
     allowed_origins: tuple[str, ...] = ()
+    # Host names (optionally host:port) that browser requests to /mcp may address, besides the loopback
+    # names and `host`: a page whose name was rebound to this machine addresses a foreign one.
+    allowed_hosts: tuple[str, ...] = ()
     # Clarification timing (seconds); the originals were hours, tests shorten them.
     max_wait_seconds: float = 7200.0
     live_confirmation_seconds: float = 300.0
@@ -122,6 +125,7 @@ class Settings:
             broadcast_url=os.environ.get("TURNWISE_BROADCAST_URL") or base.broadcast_url,
             bootstrap_token=os.environ.get("TURNWISE_BOOTSTRAP_TOKEN") or None,
             allowed_origins=_list("TURNWISE_ALLOWED_ORIGINS", base.allowed_origins),
+            allowed_hosts=_list("TURNWISE_ALLOWED_HOSTS", base.allowed_hosts),
             max_wait_seconds=_float("TURNWISE_MAX_WAIT_SECONDS", base.max_wait_seconds),
             live_confirmation_seconds=_float(
                 "TURNWISE_LIVE_CONFIRMATION_SECONDS", base.live_confirmation_seconds

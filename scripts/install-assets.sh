@@ -17,6 +17,16 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 1
 fi
 
+# The MCP conformance suite that tests/api runs against /mcp: a test tool from its own lock, never
+# copied anywhere. Pinned at 0.1.13, the last release that runs on Node.js 20 (later ones need 22).
+suite=tests/mcp_conformance
+suite_fingerprint=$(cat "$suite/package.json" "$suite/package-lock.json" | sha1sum | cut -c1-16)
+if [ "${ASSETS_FORCE:-}" = 1 ] || [ "$(cat "$suite/node_modules/.installed" 2>/dev/null)" != "$suite_fingerprint" ]; then
+  echo "install-assets: installing the pinned MCP conformance suite"
+  npm ci --prefix "$suite" --no-audit --no-fund --ignore-scripts --loglevel=error
+  echo "$suite_fingerprint" > "$suite/node_modules/.installed"
+fi
+
 fingerprint=$(cat "$front/package.json" "$front/package-lock.json" 2>/dev/null | sha1sum | cut -c1-16)
 if [ "${ASSETS_FORCE:-}" != 1 ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$fingerprint" ]; then
   exit 0

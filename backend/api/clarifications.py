@@ -95,7 +95,10 @@ class ClarificationDetached:
     pending_id: strawberry.ID
 
 
-@strawberry.type(description="The question ended without an answer: cancelled, or expired with its session.")
+@strawberry.type(
+    description="The question takes no answer any more: cancelled or expired with its session (that "
+    "status), or superseded by a newer turn (status PENDING: it stays in history, inert)."
+)
 class ClarificationClosed:
     pending_id: strawberry.ID
     status: ClarificationStatus
@@ -315,7 +318,14 @@ class ClarificationSubscriptions:
         session_id: strawberry.ID,
         questions: list[ClarificationQuestionInput],
         context: str | None = None,
-        timeout_seconds: float | None = None,
+        timeout_seconds: Annotated[
+            float | None,
+            strawberry.argument(
+                description="Seconds to wait for the answer before ClarificationDetached (more than 0). "
+                "Null or left out: the longest wait the server allows (TURNWISE_MAX_WAIT_SECONDS, 7200 "
+                "by default), which also caps larger values."
+            ),
+        ] = None,
     ) -> AsyncGenerator[ClarificationOutcome, None]:
         principal = info.context.principal
         # Unknown and inaccessible sessions get the same NotFound; readers of the task get Forbidden.

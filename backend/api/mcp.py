@@ -5,7 +5,10 @@ Off-the-shelf agents (any MCP client) ask people through two tools whose names a
 (collect a late answer exactly once, or wait again while the question is answerable). Bearer tokens as
 for GraphQL: no valid token is HTTP 401 before MCP runs; acting in a session needs its agent token or
 an admin token (with `session_id`). Every refusal is an MCP tool error (`isError`) naming the field,
-and writes nothing.
+and writes nothing, except for an unknown tool: a JSON-RPC invalid-params error. A browser request
+(one with an `Origin`) must address one of this server's host names and come from the same origin or
+an allowed one (as for GraphQL WebSockets): HTTP 403 otherwise, so a page whose name was rebound to
+this machine cannot reach it.
 
 The transport is stateless (every POST is self-contained), so any server process behind one database
 can serve any call; the waiter hub and the inbox already work across processes.
@@ -15,19 +18,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from importlib import metadata
 from typing import Any
+from urllib.parse import urlsplit
 
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import McpError
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
+from strawberry.http.websocket_origin import is_same_origin, normalize_allowed_origins, normalize_origin
 
 from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.hygiene import PROBLEM, storable
+from backend.config import Settings
 from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
@@ -38,6 +47,7 @@ from backend.domain.errors import (
     TurnwiseError,
     Unauthenticated,
     Unavailable,
+    present,
 )
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus
@@ -53,13 +63,22 @@ MIN_OPTIONS, MAX_OPTIONS = 2, 4
 MAX_HEADER = lc.MAX_TITLE
 CLAIM_POLL_SECONDS = 0.05
 
+OPTION_FIELDS = ("label", "description")
+QUESTION_FIELDS = ("question", "header", "options", "multiSelect")
+ASK_ARGUMENTS = ("questions", "session_id", "context", "timeout_seconds")
+WAIT_ARGUMENTS = ("pending_id", "timeout_seconds")
+
 _OPTION = {
     "type": "object",
     "properties": {
-        "label": {"type": "string", "description": "What the person picks (1-5 words)."},
+        "label": {
+            "type": "string",
+            "description": "What the person picks (1-5 words); the options' labels must differ.",
+        },
         "description": {"type": "string", "description": "What choosing it means."},
     },
     "required": ["label"],
+    "additionalProperties": False,
 }
 _QUESTION = {
     "type": "object",
@@ -74,47 +93,69 @@ _QUESTION = {
         "multiSelect": {"type": "boolean", "default": False},
     },
     "required": ["question", "options"],
+    "additionalProperties": False,
 }
-TOOLS = [
-    types.Tool(
-        name="ask_user_question",
-        description=(
-            "Ask the person working with you 1-4 multiple-choice questions and wait for the answer. "
-            "They may also write their own answer or skip. If no answer comes in time the question "
-            "stays open (status 'detached'): carry on if you can and call wait_for_answer later."
-        ),
-        inputSchema={
-            "type": "object",
-            "properties": {
-                "questions": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_QUESTIONS,
-                    "items": _QUESTION,
+
+
+def _timeout_schema(max_wait_seconds: float) -> dict[str, Any]:
+    longest = f"{max_wait_seconds:g}"
+    return {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": f"Seconds to wait for the answer before the result says 'detached' (the question "
+        f"stays open). Leave it out to wait the longest this server allows, {longest} s; a larger value "
+        "waits that long too. Not null.",
+    }
+
+
+def tools(max_wait_seconds: float) -> list[types.Tool]:
+    """The two tools, their input schemas stating the server's longest wait (the default)."""
+    timeout = _timeout_schema(max_wait_seconds)
+    return [
+        types.Tool(
+            name="ask_user_question",
+            description=(
+                "Ask the person working with you 1-4 multiple-choice questions and wait for the answer. "
+                "They may also write their own answer or skip. If no answer comes in time the question "
+                "stays open (status 'detached'): carry on if you can and call wait_for_answer later."
+            ),
+            inputSchema={
+                "type": "object",
+                "properties": {
+                    "questions": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": MAX_QUESTIONS,
+                        "items": _QUESTION,
+                    },
+                    "session_id": {
+                        "type": "string",
+                        "description": "Needed only with a user or admin token.",
+                    },
+                    "context": {"type": "string", "description": "Why you ask; shown with the questions."},
+                    "timeout_seconds": timeout,
                 },
-                "session_id": {"type": "string", "description": "Needed only with a user or admin token."},
-                "context": {"type": "string", "description": "Why you ask; shown with the questions."},
-                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+                "required": ["questions"],
+                "additionalProperties": False,
             },
-            "required": ["questions"],
-        },
-    ),
-    types.Tool(
-        name="wait_for_answer",
-        description=(
-            "Collect the answer to a question asked earlier with ask_user_question (by its pending_id): "
-            "returns a late answer at once (only once), or waits again while the question is open."
         ),
-        inputSchema={
-            "type": "object",
-            "properties": {
-                "pending_id": {"type": "string"},
-                "timeout_seconds": {"type": "number", "exclusiveMinimum": 0},
+        types.Tool(
+            name="wait_for_answer",
+            description=(
+                "Collect the answer to a question asked earlier with ask_user_question (by its pending_id): "
+                "returns a late answer at once (only once), or waits again while the question is open."
+            ),
+            inputSchema={
+                "type": "object",
+                "properties": {"pending_id": {"type": "string"}, "timeout_seconds": timeout},
+                "required": ["pending_id"],
+                "additionalProperties": False,
             },
-            "required": ["pending_id"],
-        },
-    ),
-]
+        ),
+    ]
+
+
+TOOL_NAMES = frozenset(t.name for t in tools(1))
 
 NEXT = {
     "answered": "The person answered. Continue with their answer.",
@@ -167,12 +208,23 @@ def _text(args: dict[str, Any], key: str, where: str, *, required: bool) -> str 
     return value
 
 
+def _only(value: dict[str, Any], fields: Sequence[str], where: str, what: str) -> None:
+    """Refuse a field the tool does not take (a misspelt one would be ignored silently otherwise)."""
+    for key in value:
+        if key not in fields:
+            path = f"{where}.{key}" if where else str(key)
+            raise InvalidInput(path, f"is not a field of {what}, which takes {', '.join(fields)}")
+
+
 def _timeout(args: dict[str, Any]) -> float | None:
-    value = args.get("timeout_seconds")
-    if value is None:
+    """The wait the agent asked for; None when it left the argument out (the service's longest)."""
+    if "timeout_seconds" not in args:
         return None
+    value = args["timeout_seconds"]
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidInput("timeout_seconds", "must be a number greater than 0")
+        raise InvalidInput(
+            "timeout_seconds", "must be a number greater than 0 (leave it out to wait the longest)"
+        )
     return float(value)
 
 
@@ -187,6 +239,7 @@ def questions_for_service(raw: Any) -> list[dict[str, Any]]:
         where = f"questions[{qi}]"
         if not isinstance(q, dict):
             raise InvalidInput(where, "must be an object")
+        _only(q, QUESTION_FIELDS, where, "a question")
         question = _text(q, "question", f"{where}.question", required=True)
         header = _text(q, "header", f"{where}.header", required=False)
         if header is not None and len(header) > MAX_HEADER:
@@ -198,13 +251,20 @@ def questions_for_service(raw: Any) -> list[dict[str, Any]]:
         if not isinstance(options, list) or not MIN_OPTIONS <= len(options) <= MAX_OPTIONS:
             raise InvalidInput(f"{where}.options", f"must hold {MIN_OPTIONS} to {MAX_OPTIONS} options")
         opts: list[dict[str, Any]] = []
+        labels: dict[str, int] = {}
         for oi, o in enumerate(options):
             owhere = f"{where}.options[{oi}]"
             if not isinstance(o, dict):
                 raise InvalidInput(owhere, "must be an object")
+            _only(o, OPTION_FIELDS, owhere, "an option")
+            label = present(_text(o, "label", f"{owhere}.label", required=True), "required label")
+            # The answer names the options picked by label, so two alike would make it ambiguous.
+            seen = labels.setdefault(label.strip().casefold(), oi)
+            if seen != oi:
+                raise InvalidInput(f"{owhere}.label", f"repeats the label of {where}.options[{seen}]")
             opts.append(
                 {
-                    "label": _text(o, "label", f"{owhere}.label", required=True),
+                    "label": label,
                     "description": _text(o, "description", f"{owhere}.description", required=False),
                 }
             )
@@ -263,6 +323,78 @@ def error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], isError=True)
 
 
+# --- browsers -----------------------------------------------------------------------------------
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+# Bind addresses that name no host a browser could address.
+ANY_ADDRESS = frozenset({"", "0.0.0.0", "::", "[::]"})
+
+
+HOST_ENTRY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
+
+
+def _host_and_port(value: str) -> tuple[str, int | None] | None:
+    try:
+        parts = urlsplit(f"//{value.strip()}")
+        return (parts.hostname or "", parts.port)
+    except ValueError:
+        return None
+
+
+class BrowserRule:
+    """Which browser requests may reach `/mcp`: the rule of GraphQL's WebSocket handshakes (no
+    `Origin`, the same origin, or an allowed one), and besides the request must address one of this
+    server's host names, since a page whose name was rebound to this machine is its own origin."""
+
+    def __init__(self, settings: Settings) -> None:
+        names = [*LOOPBACK_HOSTS, *([] if settings.host in ANY_ADDRESS else [settings.host])]
+        self.any_host = "*" in settings.allowed_hosts
+        # host name -> the ports it may be addressed on; None: any port (an entry without one)
+        self.hosts: dict[str, set[int] | None] = {}
+        for entry in [*names, *(h for h in settings.allowed_hosts if h != "*")]:
+            parsed = _host_and_port(entry) if HOST_ENTRY.fullmatch(entry) else None
+            if parsed is None or not parsed[0]:
+                raise ValueError(f"TURNWISE_ALLOWED_HOSTS: {entry!r} is no host name (host or host:port)")
+            name, port = parsed
+            if port is None:
+                self.hosts[name] = None
+            elif name not in self.hosts:
+                self.hosts[name] = {port}
+            elif (ports := self.hosts[name]) is not None:
+                ports.add(port)
+        self.origins = normalize_allowed_origins(settings.allowed_origins)
+
+    def host_allowed(self, host: str | None) -> bool:
+        if self.any_host:
+            return True
+        parsed = None if host is None else _host_and_port(host)
+        if parsed is None or parsed[0] not in self.hosts:
+            return False
+        ports = self.hosts[parsed[0]]
+        return ports is None or parsed[1] in ports
+
+    def refusal(self, headers: Mapping[str, str]) -> str | None:
+        """Why the request is refused (HTTP 403), or None to let it through."""
+        origin = headers.get("origin")
+        if origin is None:
+            return None  # not a browser: it carries no ambient credentials and cannot be rebound
+        host = headers.get("host")
+        if not self.host_allowed(host):
+            return f"host {host!r} is not a name of this server (TURNWISE_ALLOWED_HOSTS)"
+        if headers.get("sec-fetch-site") == "same-origin" or is_same_origin(origin, host):
+            return None
+        if "*" in self.origins or normalize_origin(origin) in self.origins:
+            return None
+        return f"origin {origin!r} is not allowed (TURNWISE_ALLOWED_ORIGINS)"
+
+
+def turnwise_version() -> str:
+    try:
+        return metadata.version("turnwise")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 # --- the endpoint -------------------------------------------------------------------------------
 
 
@@ -272,9 +404,28 @@ class McpEndpoint:
     def __init__(self, services: Services, authenticator: Authenticator) -> None:
         self.services = services
         self.authenticator = authenticator
-        self.server: Server[Any, Any] = Server("turnwise")
+        settings = services.deps.settings
+        self.browsers = BrowserRule(settings)
+        self.tools = tools(settings.max_wait_seconds)
+        self.server: Server[Any, Any] = Server("turnwise", version=turnwise_version())
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
         self.server.call_tool(validate_input=False)(self._call_tool)
+        # The SDK answers every exception of a tool with a tool result; an unknown tool is a request
+        # the server cannot serve at all, so it gets the protocol's error instead.
+        tool_call = self.server.request_handlers[types.CallToolRequest]
+
+        async def known_tool(request: types.CallToolRequest) -> types.ServerResult:
+            name = request.params.name
+            if name not in TOOL_NAMES:
+                raise McpError(
+                    types.ErrorData(
+                        code=types.INVALID_PARAMS,
+                        message=f"unknown tool {name!r}: this server has {', '.join(sorted(TOOL_NAMES))}",
+                    )
+                )
+            return await tool_call(request)
+
+        self.server.request_handlers[types.CallToolRequest] = known_tool
         self.session_manager = StreamableHTTPSessionManager(app=self.server, stateless=True)
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
@@ -307,6 +458,11 @@ class McpEndpoint:
         if scope["type"] != "http":
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        refused = self.browsers.refusal(headers)
+        if refused is not None:
+            log.warning("mcp browser request refused", extra={"event": "mcp.refused", "reason": refused})
+            await JSONResponse({"error": refused}, status_code=403)(scope, receive, send)
+            return
         try:
             principal = await self.authenticator.authenticate(
                 bearer_from_header(headers.get("authorization"))
@@ -329,7 +485,7 @@ class McpEndpoint:
         await self.session_manager.handle_request(scope, receive, send)
 
     async def _list_tools(self) -> list[types.Tool]:
-        return TOOLS
+        return self.tools
 
     def _principal(self) -> Principal:
         request = self.server.request_context.request
@@ -346,9 +502,7 @@ class McpEndpoint:
                 raise InvalidInput(bad[0], PROBLEM)
             if name == "ask_user_question":
                 return await self.ask_user_question(principal, arguments)
-            if name == "wait_for_answer":
-                return await self.wait_for_answer(principal, arguments)
-            return error(f"unknown tool {name!r}")
+            return await self.wait_for_answer(principal, arguments)
         except InvalidInput as exc:
             return error(f"{_tool_field(exc.field)}: {str(exc).split(': ', 1)[-1]}")
         except TurnwiseError as exc:
@@ -380,6 +534,7 @@ class McpEndpoint:
         return session.id
 
     async def ask_user_question(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
+        _only(args, ASK_ARGUMENTS, "", "ask_user_question")
         questions = questions_for_service(args.get("questions"))
         context = _text(args, "context", "context", required=False)
         timeout = _timeout(args)
@@ -418,6 +573,7 @@ class McpEndpoint:
     # --- wait_for_answer --------------------------------------------------------------------------
 
     async def wait_for_answer(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
+        _only(args, WAIT_ARGUMENTS, "", "wait_for_answer")
         pending_id = _text(args, "pending_id", "pending_id", required=True)
         if pending_id is None:
             raise InvalidInput("pending_id", "pending_id is required")

@@ -382,7 +382,8 @@ class Detached:
 
 @dataclass(frozen=True, slots=True)
 class Closed:
-    """The bundle ended without an answer for the agent: cancelled, or expired with its session."""
+    """The bundle takes no answer for the agent any more: cancelled or expired with its session (that
+    status), or superseded by a newer turn (status pending: it stays in history, inert)."""
 
     pending_id: str
     status: str

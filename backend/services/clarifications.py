@@ -372,47 +372,43 @@ class Clarifications:
             if confirmed is not None:
                 delivered.append(claim)
                 return confirmed
-        await self._bounded(self._detach(waiter, "timeout"))
+        if not await self._bounded(self._detach(waiter, "timeout")):
+            # Nothing was left to detach: something else ended the hold first. Only a question that
+            # is still answerable detached; one a newer turn superseded, or a terminal one, closed.
+            closed = _closed(pending_id, await self.bundle(pending_id, authorize=trusted))
+            if closed is not None:
+                return closed
         return Detached(pending_id)
 
     async def _ended_elsewhere(self, waiter: Waiter) -> WaitOutcome | None:
         """After a session event: has something else ended this waiter's hold on its bundle?"""
         pending_id = present(waiter.pending_id, "waiter's bundle")
         bundle = await self.bundle(pending_id, authorize=trusted)
-        if bundle is None:
-            return Closed(pending_id, ClarificationStatus.CANCELLED.value)
+        closed = _closed(pending_id, bundle)
+        if closed is not None or bundle is None:
+            return closed
         state = bundle.state
         if state == BundleState.DELIVERY_CLAIMED:
             return None  # a hand-off is on its way (or its responder will restore the claim)
         if state == BundleState.ACTIVE_LIVE and bundle.waiter_id == waiter.waiter_id:
             return None
-        if state == BundleState.TERMINAL:
-            statuses = Counter(r.status for r in bundle.rows if not r.is_pending)
-            status = statuses.most_common(1)[0][0] if statuses else ClarificationStatus.EXPIRED.value
-            log.info(
-                "waiter released",
-                extra={
-                    "event": "clarification.waiter_closed",
-                    "pending_id": bundle.pending_id,
-                    "status": status,
-                },
-            )
-            return Closed(pending_id, status)
-        # Detached by turn teardown, superseded by a newer turn, or taken over by a newer waiter.
+        # Still answerable, but not by this waiter: detached by turn teardown, or taken over by a
+        # newer waiter.
         log.info(
             "waiter released",
-            extra={"event": "clarification.waiter_detached", "pending_id": bundle.pending_id, "state": state},
+            extra={"event": "clarification.waiter_detached", "pending_id": pending_id, "state": state},
         )
         return Detached(pending_id)
 
-    async def _detach(self, waiter: Waiter, reason: str) -> None:
+    async def _detach(self, waiter: Waiter, reason: str) -> bool:
+        """Detach this waiter's rows of its bundle; whether any were still attached to it."""
         pending_id = present(waiter.pending_id, "waiter's bundle")
         async with uow(self.deps, [waiter.session_id]) as w:
             changed = await repo.detach(
                 w.conn, waiter.session_id, pending_id=pending_id, waiter_id=waiter.waiter_id
             )
             if not changed:
-                return
+                return False
             # Detaching changes no projection (the rows stay pending), so no sequence bump.
             session = await tasks.get_session(w.conn, waiter.session_id)
             w.publish_messages(session.task_id, session.id, "message.updated", [m for m, _ in changed])
@@ -420,6 +416,7 @@ class Clarifications:
             "clarification detached",
             extra={"event": "clarification.detached", "pending_id": waiter.pending_id, "reason": reason},
         )
+        return True
 
     async def detach_session(self, session_id: str) -> int:
         """Turn teardown: detach every attached pending bundle of the session's current turn."""
@@ -862,6 +859,26 @@ class Clarifications:
             task = await tasks.set_workflow_step(conn, task_id, step)
         log.info("task advanced", extra={"event": "workflow.advanced", "task_id": task_id, "step": step})
         return TaskAdvanced(task)
+
+
+def _closed(pending_id: str, bundle: Bundle | None) -> Closed | None:
+    """How a wait on a bundle that takes no answer any more ends, with the questions' status: gone
+    (cancelled), terminal (its status), or superseded by a newer turn (still pending, as history).
+    None while the bundle is answerable (live, detached) or its answer is being delivered."""
+    if bundle is None:
+        status = ClarificationStatus.CANCELLED.value
+    elif bundle.state == BundleState.TERMINAL:
+        statuses = Counter(r.status for r in bundle.rows if not r.is_pending)
+        status = statuses.most_common(1)[0][0] if statuses else ClarificationStatus.EXPIRED.value
+    elif bundle.state == BundleState.SUPERSEDED_HISTORY:
+        status = ClarificationStatus.PENDING.value
+    else:
+        return None
+    log.info(
+        "waiter released",
+        extra={"event": "clarification.waiter_closed", "pending_id": pending_id, "status": status},
+    )
+    return Closed(pending_id, status)
 
 
 def _drain(waiter: Waiter) -> list[Notice]:

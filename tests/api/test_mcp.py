@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from importlib import metadata
 from typing import Any
 
 import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
+from mcp.shared.exceptions import McpError
+from mcp.types import INVALID_PARAMS, CallToolResult
 
 from backend.faults import CRASH_EXIT_CODE
 from tests.api.client import Client
@@ -36,6 +39,11 @@ QUESTION = {
         {"label": "SQLite", "description": "One file"},
         {"label": "PostgreSQL", "description": "A server"},
     ],
+}
+OTHER = {
+    "question": "Which cache should we use?",
+    "header": "Cache",
+    "options": [{"label": "Redis"}, {"label": "None"}],
 }
 PICK_POSTGRES = [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": "with backups"}]
 
@@ -243,6 +251,18 @@ BAD_INPUT = [
     ({"questions": [QUESTION], "session_id": "no-such-session"}, "session_id"),
     ({"questions": [{**QUESTION, "question": "Which\x00one?"}]}, "questions[0].question"),
     ({"questions": [QUESTION], "timeout_seconds": 0}, "timeout_seconds"),
+    ({"questions": [QUESTION], "timeout_seconds": None}, "timeout_seconds"),
+    ({"questions": [QUESTION], "timeout_seconds": "30"}, "timeout_seconds"),
+    ({"questions": [QUESTION], "timeout": 30}, "timeout"),
+    ({"questions": [{**QUESTION, "multiselect": True}]}, "questions[0].multiselect"),
+    (
+        {"questions": [{**QUESTION, "options": [{"label": "SQLite", "value": 1}, {"label": "PostgreSQL"}]}]},
+        "questions[0].options[0].value",
+    ),
+    (
+        {"questions": [{**QUESTION, "options": [{"label": "SQLite"}, {"label": "sqlite "}]}]},
+        "questions[0].options[1].label",
+    ),
 ]
 
 
@@ -250,14 +270,119 @@ BAD_INPUT = [
 async def test_bad_input_is_a_tool_error_naming_the_field_and_writes_nothing(
     server: Server, admin: Client, arguments: dict[str, Any], field: str
 ) -> None:
-    task_id, session_id, token = await agent_session(admin, f"mcp bad {field}")
+    task_id, session_id, token = await agent_session(admin, f"mcp bad {field} {uuid.uuid4().hex[:8]}")
     before = await message_count(admin, session_id)
     async with mcp_session(server.base_url, token) as mcp:
-        text = error_text(await mcp.call_tool("ask_user_question", arguments))
+        # Bounded: a refusal comes at once, and an argument taken for valid would wait for an answer.
+        text = error_text(await asyncio.wait_for(mcp.call_tool("ask_user_question", arguments), 10))
     assert text.startswith(f"{field}:"), text
     assert await message_count(admin, session_id) == before
     active = (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]
     assert [s["activeClarification"] for s in active] == [None]
+
+
+WAIT_BAD_INPUT = [
+    ({"timeout_seconds": None}, "timeout_seconds"),
+    ({"timeout_seconds": [1]}, "timeout_seconds"),
+    ({"session_id": "s"}, "session_id"),
+]
+
+
+@pytest.mark.parametrize(("extra", "field"), WAIT_BAD_INPUT, ids=[f"{f}={e}" for e, f in WAIT_BAD_INPUT])
+async def test_wait_for_answer_refuses_bad_input_naming_the_field(
+    server: Server, admin: Client, extra: dict[str, Any], field: str
+) -> None:
+    _, _, token = await agent_session(admin, f"mcp wait bad {field} {uuid.uuid4().hex[:8]}")
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await ask_detached(mcp)
+        call = mcp.call_tool("wait_for_answer", {"pending_id": pending_id, **extra})
+        text = error_text(await asyncio.wait_for(call, 10))
+    assert text.startswith(f"{field}:"), text
+
+
+async def test_the_tools_state_the_default_wait_and_take_no_other_arguments(
+    server: Server, admin: Client
+) -> None:
+    _, _, token = await agent_session(admin, "mcp schema")
+    async with mcp_session(server.base_url, token) as mcp:
+        tools = {t.name: t.inputSchema for t in (await mcp.list_tools()).tools}
+    for schema in tools.values():
+        assert schema["additionalProperties"] is False
+        timeout = schema["properties"]["timeout_seconds"]
+        assert timeout["type"] == "number"
+        assert "7200" in timeout["description"], timeout
+    question = tools["ask_user_question"]["properties"]["questions"]["items"]
+    assert question["additionalProperties"] is False
+    assert question["properties"]["options"]["items"]["additionalProperties"] is False
+
+
+async def test_an_unknown_tool_is_a_json_rpc_invalid_params_error(server: Server, admin: Client) -> None:
+    _, session_id, token = await agent_session(admin, "mcp unknown tool")
+    before = await message_count(admin, session_id)
+    async with mcp_session(server.base_url, token) as mcp:
+        with pytest.raises(McpError) as raised:
+            await mcp.call_tool("ask_the_user", {"questions": [QUESTION]})
+    assert raised.value.error.code == INVALID_PARAMS
+    assert "ask_the_user" in raised.value.error.message
+    assert await message_count(admin, session_id) == before
+
+
+async def test_server_info_names_turnwise_and_its_own_version(server: Server, admin: Client) -> None:
+    _, _, token = await agent_session(admin, "mcp server info")
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as http:
+        hello = _sse_json(await http.post("/mcp", json=init))
+    assert hello["result"]["serverInfo"]["name"] == "turnwise"
+    assert hello["result"]["serverInfo"]["version"] == metadata.version("turnwise")
+    assert metadata.version("turnwise") != metadata.version("mcp")
+
+
+@pytest.mark.scenario("S02")
+async def test_an_ask_that_a_newer_turn_superseded_while_it_waited_ends_closed(
+    server: Server, admin: Client
+) -> None:
+    task_id, _, token = await agent_session(admin, "mcp superseded while waiting")
+    async with mcp_session(server.base_url, token) as mcp:
+        older = await ask_detached(mcp)
+        call = asyncio.create_task(mcp.call_tool("ask_user_question", {"questions": [OTHER]}))
+        newer = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
+        # Answering the older question resumes the agent in a newer turn: the question it still
+        # waits on is history now and takes no answer, so the call says closed, not detached.
+        assert (await respond(admin, older, PICK_POSTGRES))["__typename"] == "ClarificationResponded"
+        result = structured(await asyncio.wait_for(call, 30))
+        later = structured(await mcp.call_tool("wait_for_answer", {"pending_id": newer}))
+    assert result == {"status": "closed", "pending_id": newer, "answers": []}
+    assert later == result
+    assert (await admin.execute(CLARIFICATION, {"p": newer}))["clarification"][
+        "state"
+    ] == "SUPERSEDED_HISTORY"
+
+
+@pytest.mark.scenario("S02")
+async def test_wait_for_answer_on_a_question_a_newer_turn_superseded_meanwhile_ends_closed(
+    server: Server, admin: Client
+) -> None:
+    task_id, _, token = await agent_session(admin, "mcp superseded while rewaiting")
+    async with mcp_session(server.base_url, token) as mcp:
+        older = await ask_detached(mcp)
+        newer = structured(
+            await mcp.call_tool("ask_user_question", {"questions": [OTHER], "timeout_seconds": 0.1})
+        )["pending_id"]
+        call = asyncio.create_task(mcp.call_tool("wait_for_answer", {"pending_id": newer}))
+        assert await wait_for_state(admin, task_id, "ACTIVE_LIVE") == newer
+        assert (await respond(admin, older, PICK_POSTGRES))["__typename"] == "ClarificationResponded"
+        result = structured(await asyncio.wait_for(call, 30))
+    assert result == {"status": "closed", "pending_id": newer, "answers": []}
 
 
 async def test_no_token_is_http_401_and_a_foreign_sessions_token_writes_nothing(

@@ -1,4 +1,6 @@
-"""Deleting a newer turn's messages never hands the session back to an older question (scenario S03)."""
+"""Superseded questions stay inert: deleting a newer turn's messages never hands the session back to an
+older question (scenario S03), and an agent still waiting on a question a newer turn superseded is told
+it closed, not that it detached (S02)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,31 @@ from tests.api.test_clarification_api import (
 )
 
 TURNS = "query($s: ID!) { sessionTurns(sessionId: $s) { id completedAt } }"
+OTHER = {"prompt": "Which cache?", "options": [{"label": "Redis"}, {"label": "None"}]}
+
+
+@pytest.mark.scenario("S02")
+async def test_a_waiting_question_a_newer_turn_superseded_ends_closed_not_detached(admin: Client) -> None:
+    _, session_id = await session(admin)
+    async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.2}) as sub:
+        older = (await sub.next())["askClarification"]["bundle"]
+        assert (await sub.next())["askClarification"]["__typename"] == "ClarificationDetached"
+    async with admin.subscribe(ASK, {"s": session_id, "q": [OTHER]}) as waiting:
+        newer = (await waiting.next())["askClarification"]["bundle"]
+        assert newer["state"] == "ACTIVE_LIVE"
+        # Answering the detached question resumes the agent in a newer turn, which supersedes the
+        # question it is still waiting on: that wait ends closed (the question takes no answer now).
+        answered = await respond(admin, older["pendingId"], YES)
+        assert answered["__typename"] == "ClarificationResponded"
+        assert (await waiting.next())["askClarification"] == {
+            "__typename": "ClarificationClosed",
+            "pendingId": newer["pendingId"],
+            "status": "PENDING",
+        }
+    bundle = (await admin.execute(CLARIFICATION, {"p": newer["pendingId"]}))["clarification"]
+    assert bundle["state"] == "SUPERSEDED_HISTORY"
+    assert [q["status"] for q in bundle["questions"]] == ["PENDING"]
+    assert (await respond(admin, newer["pendingId"], YES))["reason"] == "SUPERSEDED"
 
 
 @pytest.mark.scenario("S03")

@@ -14,7 +14,7 @@ from backend.db.tables import task_session_turns
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.repository import clarifications as repo
-from backend.repository import locks, pending
+from backend.repository import locks, pending, turns
 from backend.services.clarifications import TaskAdvanced, trusted
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
@@ -120,8 +120,8 @@ async def test_a_live_waiter_is_drained_when_its_row_has_no_durable_turn_and_the
         await publish_session_change(
             svc.deps.bus, task_id=task_id, session_id=session_id, kind="session.state"
         )
-        # The in-memory waiter is drained (the agent is told its question detached) ...
-        assert await agent.outcome() == lc.Detached(agent.pending_id)
+        # The in-memory waiter is drained (the agent is told its question closed: it takes no answer) ...
+        assert await agent.outcome() == lc.Closed(agent.pending_id, "pending")
         # ... but the row is left exactly as it was: pending, inert, not answerable, not projected.
         assert await all_metadata(db) == before
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
@@ -194,7 +194,8 @@ async def test_detachment_racing_a_newer_turn_never_overwrites(db: Database, ord
         async with recording(svc) as log:
             if order == "newer-turn-first":
                 await svc.operations.start_turn(session_id)
-                assert await waiting == lc.Detached(agent.pending_id)
+                # Superseded, not detached: the question stays pending history and takes no answer.
+                assert await waiting == lc.Closed(agent.pending_id, "pending")
             else:
                 waiting.cancel()  # the agent's connection drops: detach in its own context
                 with pytest.raises(asyncio.CancelledError):
@@ -219,6 +220,38 @@ async def test_detachment_racing_a_newer_turn_never_overwrites(db: Database, ord
         assert await projection(svc, session_id) is None
         await agent.close()
         await again.close()
+
+
+@pytest.mark.scenario("S02")
+async def test_a_wait_that_runs_out_after_a_newer_turn_superseded_its_question_ends_closed(
+    db: Database,
+) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id, timeout_seconds=0.3)
+        # A newer turn written without its event: the waiter learns of it only as its wait runs out.
+        async with db.write() as conn:
+            await locks.lock_sessions(conn, [session_id])
+            await turns.insert_turn(conn, session_id)
+        assert await agent.outcome() == lc.Closed(agent.pending_id, "pending")
+        (row,) = await rows(db, agent.pending_id)
+        assert row["status"] == "pending"
+        assert not row.get("agent_disconnected"), "history is never detached"
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        assert bundle is not None
+        assert bundle.state == BundleState.SUPERSEDED_HISTORY
+        await agent.close()
+
+
+async def test_a_wait_that_runs_out_on_a_current_question_still_detaches(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await Agent.ask(svc, session_id, timeout_seconds=0.1)
+        assert await agent.outcome() == lc.Detached(agent.pending_id)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_DETACHED
+        await agent.close()
 
 
 async def test_a_terminal_session_whose_expiry_write_failed_still_rejects_a_stale_claim(db: Database) -> None:

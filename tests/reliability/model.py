@@ -124,7 +124,8 @@ class Model:
 
     def release_agents(self) -> None:
         """A waiter whose bundle is no longer live (by the rule, seen with its own waiter alive) ends:
-        closed when the bundle is terminal or gone, detached otherwise."""
+        closed when the bundle is terminal, gone or superseded by a newer turn (its rows stay pending),
+        detached otherwise."""
         for b in self.bundles.values():
             if b.agent is None:
                 continue
@@ -139,6 +140,8 @@ class Model:
             elif state == TERMINAL:
                 statuses = Counter(s for s in b.rows.values() if s != "pending")
                 self.expected[agent] = Expected("closed", statuses.most_common(1)[0][0])
+            elif state == SUPERSEDED:
+                self.expected[agent] = Expected("closed", "pending")
             else:
                 self.expected[agent] = Expected("detached")
 
