@@ -1,7 +1,10 @@
 """`make scenarios`: the matrix requirement scenario -> tests that check it, from pytest's collection.
 
 Prints every scenario id S01-S45 with the tests marked `@pytest.mark.scenario(id)`, flags the ids no
-test marks, and exits non-zero when there is one. `--json` prints {id: [test ids]} instead.
+test marks, and exits non-zero when there is one. Tests marked `@pytest.mark.scenario_note(id, note)`
+(a documented decision that asserts another outcome than the scenario's THEN) are listed under their
+scenario as `[id-note]` and do not count as checking it. `--json` prints {id: [test ids]} instead,
+`--json-notes` prints {"id-note": [test ids]}.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.scenarios import SCENARIO_IDS, scenario_ids  # noqa: E402
+from tests.scenarios import SCENARIO_IDS, note_label, scenario_ids, scenario_notes  # noqa: E402
 
 
 class Collector:
     def __init__(self) -> None:
         self.matrix: dict[str, list[str]] = {s: [] for s in SCENARIO_IDS}
+        # Scenario id -> {note label: tests}: tests that depart from the scenario's THEN on purpose.
+        self.notes: dict[str, dict[str, list[str]]] = {s: {} for s in SCENARIO_IDS}
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         for item in session.items:
@@ -29,16 +34,20 @@ class Collector:
             for sid in scenario_ids(item):
                 if name not in self.matrix[sid]:
                     self.matrix[sid].append(name)
+            for sid, note in scenario_notes(item):
+                noted = self.notes[sid].setdefault(note_label(sid, note), [])
+                if name not in noted:
+                    noted.append(name)
 
 
-def collect() -> dict[str, list[str]]:
+def run_collection() -> Collector:
     collector = Collector()
     code = pytest.main(
         ["--collect-only", "-q", "-p", "no:cacheprovider", str(REPO / "tests")], plugins=[collector]
     )
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         raise SystemExit(f"collection failed ({code})")
-    return collector.matrix
+    return collector
 
 
 def main(argv: list[str]) -> int:
@@ -46,14 +55,22 @@ def main(argv: list[str]) -> int:
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        matrix = collect()
+        collector = run_collection()
+    matrix = collector.matrix
     if "--json" in argv:
         print(json.dumps(matrix, indent=1))
+    elif "--json-notes" in argv:
+        notes = {label: tests for by_label in collector.notes.values() for label, tests in by_label.items()}
+        print(json.dumps(notes, indent=1))
     else:
         for sid, tests in matrix.items():
             print(f"{sid}  {'MISSING: no test checks it' if not tests else f'{len(tests)} test(s)'}")
             for test in tests:
                 print(f"     {test}")
+            for label, noted in collector.notes[sid].items():
+                print(f"     {len(noted)} test(s) noted {label}: they assert another outcome by design")
+                for test in noted:
+                    print(f"     [{label}] {test}")
         missing = [s for s, t in matrix.items() if not t]
         print(f"\n{len(SCENARIO_IDS) - len(missing)} of {len(SCENARIO_IDS)} scenarios have tests", end="")
         print(f"; missing: {', '.join(missing)}" if missing else "")

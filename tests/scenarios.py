@@ -3,9 +3,15 @@
 `@pytest.mark.scenario("S01", ...)` ties a test to the scenarios whose THEN it checks. The ids are
 copied here from the requirements' scenario index (S01-S45, in the order the requirements list
 them); a marker naming anything else, or nothing, stops collection.
+
+`@pytest.mark.scenario_note("S34", "ambiguous")` marks a test that pins a documented decision
+departing from one scenario's THEN (it asserts another outcome on purpose). It is listed in the
+matrix under that scenario as `S34-ambiguous`, and it does not count as checking the scenario.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -18,11 +24,22 @@ SCENARIO_IDS: tuple[str, ...] = (
 )  # fmt: skip
 
 MARKER = "scenario"
+NOTE_MARKER = "scenario_note"
+NOTE_PATTERN = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 
 def scenario_ids(item: pytest.Item) -> list[str]:
     """Every id the item's scenario markers name, in marker order."""
     return [str(i) for mark in item.iter_markers(MARKER) for i in mark.args]
+
+
+def scenario_notes(item: pytest.Item) -> list[tuple[str, str]]:
+    """Every (scenario id, note) the item's scenario_note markers name, in marker order."""
+    return [(str(mark.args[0]), str(mark.args[1])) for mark in item.iter_markers(NOTE_MARKER)]
+
+
+def note_label(scenario_id: str, note: str) -> str:
+    return f"{scenario_id}-{note}"
 
 
 def marker_problems(item: pytest.Item) -> list[str]:
@@ -33,6 +50,17 @@ def marker_problems(item: pytest.Item) -> list[str]:
         unknown = [i for i in mark.args if i not in SCENARIO_IDS]
         if unknown:
             problems.append(f"{item.nodeid}: unknown scenario ids {unknown!r} (known: S01-S45)")
+    for mark in item.iter_markers(NOTE_MARKER):
+        if len(mark.args) != 2 or mark.kwargs:
+            problems.append(f"{item.nodeid}: scenario_note marker needs a scenario id and a note, got {mark}")
+            continue
+        sid, note = mark.args
+        if sid not in SCENARIO_IDS:
+            problems.append(f"{item.nodeid}: unknown scenario id {sid!r} in scenario_note (known: S01-S45)")
+        if not isinstance(note, str) or not NOTE_PATTERN.fullmatch(note):
+            problems.append(f"{item.nodeid}: scenario_note {note!r} must be lower-case words joined by '-'")
+        if sid in scenario_ids(item):
+            problems.append(f"{item.nodeid}: checks {sid} and departs from it (scenario and scenario_note)")
     return problems
 
 

@@ -236,7 +236,7 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
         await agent.close()
 
 
-@pytest.mark.scenario("S16", "S39")
+@pytest.mark.scenario("S16")
 async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_question_answerable(
     db: Database,
 ) -> None:

@@ -79,7 +79,8 @@ async def test_silence_before_the_attempt_marker_is_a_failed_admission_that_rest
         await agent.close()
 
 
-@pytest.mark.scenario("S34")
+# The admission-deadline decision: after the attempt marker, silence is ambiguous, not a restore.
+@pytest.mark.scenario_note("S34", "ambiguous")
 async def test_silence_after_the_attempt_marker_is_ambiguous_terminal_and_never_sent_again(
     db: Database,
 ) -> None:

@@ -163,7 +163,8 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
 
 
 @pytest.mark.parametrize("outcome", ["ambiguous", "hang"])
-@pytest.mark.scenario("S34")
+# The admission-deadline decision: after the attempt marker, silence is ambiguous, not a restore.
+@pytest.mark.scenario_note("S34", "ambiguous")
 async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_successor_and_is_never_resent(
     db: Database, outcome: str
 ) -> None:
