@@ -608,11 +608,6 @@ class Orchestrator:
 
     # --- clarification pause --------------------------------------------------------------------
 
-    async def snapshot(self, session_id: str) -> TurnSnapshot:
-        """Observe turn authority before a pause detaches anything; None is an explicit expectation."""
-        async with self.deps.db.read() as conn:
-            return TurnSnapshot(session_id, await turns.current_turn(conn, session_id))
-
     async def cancel_paused(self, snapshot: TurnSnapshot) -> bool:
         """Cancel (complete) the paused turn only if authority still matches the snapshot: a first or
         successor turn created meanwhile is never cancelled by the stale pause."""

@@ -11,7 +11,6 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
 from backend.services.clarifications import trusted
-from backend.services.orchestrator import TurnSnapshot
 from tests.lifecycle.support import Agent, new_session, yes
 from tests.resume.support import GatedExecutor, resuming, turn_rows
 from tests.resume.test_watchdog_races import capture_watches, finished
@@ -116,23 +115,4 @@ async def test_shutdown_cancels_an_armed_watchdog(db: Database, monkeypatch: pyt
         await svc.watchdogs.stop()
         assert await finished(watch) == "cancelled:shutdown"
         assert executor.received == []
-        await agent.close()
-
-
-@pytest.mark.scenario("S10")
-async def test_pause_that_observed_no_turn_does_not_cancel_a_first_turn_created_during_detachment(
-    db: Database,
-) -> None:
-    async with resuming(db) as (svc, _):
-        _, session_id = await new_session(svc, turn=False)
-        snapshot = await svc.orchestrator.snapshot(session_id)
-        assert snapshot == TurnSnapshot(session_id, None)
-        # Asking opens the session's first turn; the wait then detaches.
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
-        assert isinstance(await agent.outcome(), lc.Detached)
-        assert await svc.orchestrator.cancel_paused(snapshot) is False
-        assert [t["completed"] for t in await turn_rows(db, session_id)] == [False]
-        # A pause that observed this very turn does cancel it.
-        assert await svc.orchestrator.cancel_paused(await svc.orchestrator.snapshot(session_id)) is True
-        assert [t["completed"] for t in await turn_rows(db, session_id)] == [True]
         await agent.close()
