@@ -36,7 +36,7 @@ async def test_a_waiting_question_a_newer_turn_superseded_ends_closed_not_detach
         # question it is still waiting on: that wait ends closed (the question takes no answer now).
         answered = await respond(admin, older["pendingId"], YES)
         assert answered["__typename"] == "ClarificationResponded"
-        assert (await waiting.next())["askClarification"] == {
+        assert (await waiting.next(timeout=30))["askClarification"] == {
             "__typename": "ClarificationClosed",
             "pendingId": newer["pendingId"],
             "status": "PENDING",
