@@ -173,10 +173,6 @@ def _detached_text(pending_id: str) -> str:
     )
 
 
-class ToolInputError(InvalidInput):
-    pass
-
-
 # --- input --------------------------------------------------------------------------------------
 
 
