@@ -6,6 +6,8 @@
 # injected into pages by tests/e2e from node_modules) and are never copied into vendor/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# npm's own notices (a newer npm, funding, audit) are not ours to show a person running `make run`.
+export npm_config_update_notifier=false npm_config_fund=false npm_config_audit=false
 
 front=frontend_py
 modules=$front/node_modules
