@@ -21,9 +21,9 @@ from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Answered, Asked, validate_questions
+from backend.repository import claims, locks, tasks, turns
 from backend.repository import clarifications as repo
-from backend.repository import locks, tasks, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
 from bench.common import fresh_database, pct, write_result
@@ -111,7 +111,7 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
             await locks.lock_sessions(conn, [sid])
             facts = (await repo.bundle_facts(conn, [pending_id]))[pending_id]
             claim_id = new_id()
-            claimed = await repo.claim(
+            claimed = await claims.claim(
                 conn,
                 session_id=sid,
                 pending_id=pending_id,
@@ -124,7 +124,7 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
             await tasks.bump_pending_seqs(conn, [sid])
         async with db.write() as conn:  # the confirmation transaction
             await locks.lock_sessions(conn, [sid])
-            assert await repo.settle_claim(conn, [r.id for r in claimed], claim_id)
+            assert await claims.settle_claim(conn, [r.id for r in claimed], claim_id)
         latencies.append(time.perf_counter() - start)
 
     began = time.perf_counter()

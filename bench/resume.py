@@ -17,7 +17,7 @@ from backend.db.engine import Database, utcnow
 from backend.db.tables import task_session_messages, task_session_turns, task_sessions, tasks
 from backend.domain.lifecycle import Answer, Detached
 from backend.repository import reservations
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
 from bench.common import fresh_database, median, pct, run, write_result

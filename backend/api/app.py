@@ -17,6 +17,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from backend import faults, logs, metrics
 from backend.api.auth import Authenticator
+from backend.api.browsers import GuardedWebSockets
 from backend.api.graphql_view import GraphQLView
 from backend.api.mcp import McpEndpoint
 from backend.api.schema import build_schema
@@ -166,7 +167,7 @@ def create_app(
             Route("/readyz", readyz),
             Route("/metrics", metrics_page),
             Route("/graphql", view, methods=["GET", "POST"]),
-            WebSocketRoute("/graphql", view),
+            WebSocketRoute("/graphql", GuardedWebSockets(view, mcp.browsers)),
             Route("/mcp", mcp),
             *web_routes(),
         ],

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
-from urllib.parse import urlsplit
 
 from mcp import types
 from mcp.server.lowlevel import Server
@@ -31,12 +29,11 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import McpError
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
-from strawberry.http.websocket_origin import is_same_origin, normalize_allowed_origins, normalize_origin
 
 from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
+from backend.api.browsers import BrowserRule, headers_of
 from backend.api.hygiene import PROBLEM, storable
-from backend.config import Settings
 from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
@@ -51,7 +48,7 @@ from backend.domain.errors import (
 )
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.inbox import rendered_answers
 
@@ -319,71 +316,6 @@ def error(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], isError=True)
 
 
-# --- browsers -----------------------------------------------------------------------------------
-
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-# Bind addresses that name no host a browser could address.
-ANY_ADDRESS = frozenset({"", "0.0.0.0", "::", "[::]"})
-
-
-HOST_ENTRY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?")
-
-
-def _host_and_port(value: str) -> tuple[str, int | None] | None:
-    try:
-        parts = urlsplit(f"//{value.strip()}")
-        return (parts.hostname or "", parts.port)
-    except ValueError:
-        return None
-
-
-class BrowserRule:
-    """Which browser requests may reach `/mcp`: the rule of GraphQL's WebSocket handshakes (no
-    `Origin`, the same origin, or an allowed one), and besides the request must address one of this
-    server's host names, since a page whose name was rebound to this machine is its own origin."""
-
-    def __init__(self, settings: Settings) -> None:
-        names = [*LOOPBACK_HOSTS, *([] if settings.host in ANY_ADDRESS else [settings.host])]
-        self.any_host = "*" in settings.allowed_hosts
-        # host name -> the ports it may be addressed on; None: any port (an entry without one)
-        self.hosts: dict[str, set[int] | None] = {}
-        for entry in [*names, *(h for h in settings.allowed_hosts if h != "*")]:
-            parsed = _host_and_port(entry) if HOST_ENTRY.fullmatch(entry) else None
-            if parsed is None or not parsed[0]:
-                raise ValueError(f"TURNWISE_ALLOWED_HOSTS: {entry!r} is no host name (host or host:port)")
-            name, port = parsed
-            if port is None:
-                self.hosts[name] = None
-            elif name not in self.hosts:
-                self.hosts[name] = {port}
-            elif (ports := self.hosts[name]) is not None:
-                ports.add(port)
-        self.origins = normalize_allowed_origins(settings.allowed_origins)
-
-    def host_allowed(self, host: str | None) -> bool:
-        if self.any_host:
-            return True
-        parsed = None if host is None else _host_and_port(host)
-        if parsed is None or parsed[0] not in self.hosts:
-            return False
-        ports = self.hosts[parsed[0]]
-        return ports is None or parsed[1] in ports
-
-    def refusal(self, headers: Mapping[str, str]) -> str | None:
-        """Why the request is refused (HTTP 403), or None to let it through."""
-        origin = headers.get("origin")
-        if origin is None:
-            return None  # not a browser: it carries no ambient credentials and cannot be rebound
-        host = headers.get("host")
-        if not self.host_allowed(host):
-            return f"host {host!r} is not a name of this server (TURNWISE_ALLOWED_HOSTS)"
-        if headers.get("sec-fetch-site") == "same-origin" or is_same_origin(origin, host):
-            return None
-        if "*" in self.origins or normalize_origin(origin) in self.origins:
-            return None
-        return f"origin {origin!r} is not allowed (TURNWISE_ALLOWED_ORIGINS)"
-
-
 def turnwise_version() -> str:
     try:
         return metadata.version("turnwise")
@@ -453,7 +385,7 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers = headers_of(scope)
         refused = self.browsers.refusal(headers)
         if refused is not None:
             log.warning("mcp browser request refused", extra={"event": "mcp.refused", "reason": refused})

@@ -20,6 +20,10 @@ driver error is translated and raised as the same `sqlalchemy.exc.DBAPIError` su
 `handle_error` event, and a lost connection invalidates the pool exactly as through `conn.execute`.
 The private names of SQLAlchemy and aiosqlite this needs are all in `backend/db/driver_adapter.py`.
 
+One module of about 600 lines: the statement, its two drivers' paths and the one-message forms
+(`begin_with`, `run_alone`) must agree on every parameter and result conversion, and are read and
+changed together.
+
 The switch: the engine's execution option `turnwise_fast_path` (`Database(fast_path=...)`,
 `TURNWISE_DB_FAST_PATH=0`; a connection's own option overrides it). Off, every call is
 `conn.execute(statement, params)` and `begin_with` / `run_alone` answer "cannot", so callers take

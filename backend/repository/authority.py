@@ -1,4 +1,4 @@
-"""The one rule: which turn is current and which clarification rows are active, as SQL expressions.
+"""The one rule: which turn is current and which pending-action rows are active, as SQL expressions.
 
 Every consumer (projection, workflow guard, detach, expiry, response claim, recovery) builds its
 query from these functions, so SQLite and PostgreSQL and every code path agree.
@@ -108,6 +108,19 @@ def is_kind(message: Any, kind: str) -> ColumnElement[bool]:
     return and_(message.c.type == kind, func.coalesce(json_text(message.c.metadata, "pending_id"), "") != "")
 
 
+# The message types whose rows form pending actions (bundles) with one lifecycle.
+PENDING_ACTION_TYPES = (MESSAGE_KIND_CLARIFICATION, MESSAGE_KIND_PERMISSION)
+
+
+def is_pending_action(message: Any) -> ColumnElement[bool]:
+    """A row of a pending action of either kind: only through a non-empty pending_id (without one, a
+    row is unanswerable history)."""
+    return and_(
+        message.c.type.in_(PENDING_ACTION_TYPES),
+        func.coalesce(json_text(message.c.metadata, "pending_id"), "") != "",
+    )
+
+
 def has_pending_kind(session_id: Col, turn_id: Col, kind: str) -> ColumnElement[bool]:
     m = _PENDING_OF_KIND.get(kind)
     if m is None:
@@ -130,10 +143,18 @@ def pending_action(session_id: Col, state: Col, turn_id: Col) -> ColumnElement[A
     )
 
 
-def active_clarification_rows(message: Any, session_state: Col) -> ColumnElement[bool]:
-    """Rows of active bundles: clarification rows, pending, in the current turn of a live session."""
+def active_pending_rows(
+    message: Any, session_state: Col, types: tuple[str, ...] = PENDING_ACTION_TYPES
+) -> ColumnElement[bool]:
+    """Rows of active pending actions (of these message types): pending, in the current turn of a
+    live session."""
+    of_type: ColumnElement[bool] = (
+        is_pending_action(message)
+        if types == PENDING_ACTION_TYPES
+        else and_(is_pending_action(message), message.c.type.in_(types))
+    )
     return and_(
-        is_kind(message, MESSAGE_KIND_CLARIFICATION),
+        of_type,
         is_pending_status(message),
         message.c.turn_id == current_turn_id(message.c.session_id),
         session_is_live(session_state),

@@ -12,68 +12,47 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, case, exists, func, not_, select, update
+from sqlalchemy import ColumnElement, bindparam, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared, run_alone
-from backend.db.sqlfuncs import json_flag, json_patch, json_text, json_update
+from backend.db.prepared import Prepared
+from backend.db.sqlfuncs import json_flag, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData, NotFound
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
-    CLAIM_KEY,
-    INTENT_KEY,
-    Answer,
     BundleRow,
     QuestionSpec,
 )
 from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
-from backend.repository import locks, rows, summaries, tasks
+from backend.repository import rows, summaries, tasks
 from backend.repository.authority import (
-    active_clarification_rows,
+    PENDING_ACTION_TYPES,
+    active_pending_rows,
     current_turn_id,
-    is_kind,
+    is_pending_action,
     is_pending_status,
     session_is_live,
 )
 from backend.repository.locks import lock_key
-
-# Conditions are built once per process over bound parameters: `b_session` (the session whose
-# rows a write may touch) and `b_pending_id` (one bundle). Callers pass both as execute parameters.
-_B_SESSION = bindparam("b_session", type_=S.c.id.type)
-_B_PENDING_ID = bindparam("b_pending_id", type_=M.c.id.type)
-_PID = json_text(M.c.metadata, "pending_id")
-_PENDING_ID_IS = _PID == _B_PENDING_ID
-_IN_CURRENT_TURN = M.c.turn_id == select(current_turn_id(_B_SESSION)).scalar_subquery()
-_SESSION_LIVE = exists().where(S.c.id == _B_SESSION, session_is_live(S.c.state))
-
-# The one named "active rows" condition: pending clarification rows of the current turn of the
-# session `b_session` while that session is live (the one rule's definition of "active"), as the
-# WHERE of every write that may only touch active rows.
-ACTIVE_ROWS = and_(
-    M.c.session_id == _B_SESSION,
-    is_kind(M, MESSAGE_KIND_CLARIFICATION),
-    is_pending_status(M),
-    _IN_CURRENT_TURN,
-    _SESSION_LIVE,
+from backend.repository.pending_rows import (
+    ACTIVE_ROWS,
+    B_SESSION,
+    IN_CURRENT_TURN,
+    PENDING_ID_IS,
+    PID,
+    bound,
+    bundle_row,
 )
-
-
-def _bound(session_id: str, pending_id: str | None = None) -> dict[str, str]:
-    params = {"b_session": session_id}
-    if pending_id is not None:
-        params["b_pending_id"] = pending_id
-    return params
-
 
 # --- statements built once per process (only bound values change between calls) ----------------
 
 _SESSION_OF_BUNDLE = (
     select(M.c.session_id)
-    .where(_PENDING_ID_IS, M.c.type == MESSAGE_KIND_CLARIFICATION)
+    .where(PENDING_ID_IS, M.c.type.in_(PENDING_ACTION_TYPES))
     .order_by(M.c.created_at, M.c.id)
     .limit(1)
 )
@@ -98,25 +77,25 @@ def _bundle_facts(where: ColumnElement[bool]) -> Any:
             M.c.session_id,
             M.c.turn_id,
             M.c.metadata,
-            _PID.label("pending_id"),
+            PID.label("pending_id"),
             S.c.task_id,
             S.c.state,
             current_turn_id(M.c.session_id).label("current_turn"),
         )
         .join(S, S.c.id == M.c.session_id)
-        .where(where, M.c.type == MESSAGE_KIND_CLARIFICATION)
+        .where(where, M.c.type.in_(PENDING_ACTION_TYPES))
         .order_by(M.c.created_at, M.c.id)
     )
 
 
-_BUNDLE_FACTS_ONE = Prepared(_bundle_facts(_PENDING_ID_IS))
-_BUNDLE_FACTS = _bundle_facts(_PID.in_(bindparam("b_pending_ids", expanding=True)))
+_BUNDLE_FACTS_ONE = Prepared(_bundle_facts(PENDING_ID_IS))
+_BUNDLE_FACTS = _bundle_facts(PID.in_(bindparam("b_pending_ids", expanding=True)))
 
 _ACTIVE_BY_SIGNATURE = (
-    select(_PID.label("pending_id"))
+    select(PID.label("pending_id"))
     .where(
-        M.c.session_id == _B_SESSION,
-        active_clarification_rows(M, select(S.c.state).where(S.c.id == _B_SESSION).scalar_subquery()),
+        M.c.session_id == B_SESSION,
+        active_pending_rows(M, select(S.c.state).where(S.c.id == B_SESSION).scalar_subquery()),
         json_text(M.c.metadata, "bundle_signature") == bindparam("b_signature"),
     )
     .limit(1)
@@ -131,7 +110,7 @@ _ASK_CONTEXT = Prepared(
         S,
         current_turn_id(S.c.id).label("current_turn"),
         _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
-    ).where(S.c.id == _B_SESSION)
+    ).where(S.c.id == B_SESSION)
 )
 _INSERT_ROW_STATEMENT = M.insert().values(
     {
@@ -153,7 +132,7 @@ _INSERT_ROW_STATEMENT = M.insert().values(
 _INSERT_AND_SET_STATE = Prepared(
     select(_INSERT_ROW_STATEMENT.returning(M.c.id).cte("inserted").c.id).add_cte(
         update(S)
-        .where(S.c.id == _B_SESSION)
+        .where(S.c.id == B_SESSION)
         .values(
             state=bindparam("b_state", type_=S.c.state.type),
             pending_seq=S.c.pending_seq + 1,
@@ -164,13 +143,6 @@ _INSERT_AND_SET_STATE = Prepared(
     )
 )
 _INSERT_ROW = Prepared(_INSERT_ROW_STATEMENT)
-
-
-def bundle_row(row: Any) -> BundleRow:
-    m = row._mapping
-    return BundleRow(
-        m["id"], m["session_id"], m["turn_id"], rows.metadata_of(m["metadata"], where=f"message {m['id']}")
-    )
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -238,7 +210,7 @@ async def active_pending_ids_for_sessions(
     query = (
         select(M.c.session_id, pid.label("pending_id"), func.max(M.c.created_at).label("newest"))
         .join(S, S.c.id == M.c.session_id)
-        .where(M.c.session_id.in_(list(dict.fromkeys(session_ids))), active_clarification_rows(M, S.c.state))
+        .where(M.c.session_id.in_(list(dict.fromkeys(session_ids))), active_pending_rows(M, S.c.state))
         .group_by(M.c.session_id, pid)
     )
     found: dict[str, list[tuple[Any, str]]] = {}
@@ -362,7 +334,7 @@ _ASK_CTX = (
         current_turn_id(S.c.id).label("current_turn"),
         _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
     )
-    .where(S.c.id == _B_SESSION)
+    .where(S.c.id == B_SESSION)
     .cte("ask_context")
     .prefix_with("MATERIALIZED")
 )
@@ -392,7 +364,7 @@ _ASK_INSERTED = (
 _ASK_SET_WAITING = (
     update(S)
     .where(
-        S.c.id == _B_SESSION,
+        S.c.id == B_SESSION,
         exists(select(_ASK_INSERTED.c.id)),
         S.c.state != SessionState.WAITING_FOR_INPUT.value,
     )
@@ -416,7 +388,7 @@ _ASK_AND_INSERT = Prepared(
 @dataclass(frozen=True, slots=True)
 class AskContext:
     """The session as the ask found it, its current turn, the active bundle an identical ask would
-    re-attach to, and (`ask_and_insert`) the bundle's rows when the statement already inserted them."""
+    re-attach to, and (`ask_context_inserting`) the bundle's rows when the statement already inserted them."""
 
     session: SessionRecord
     turn_id: str | None
@@ -424,22 +396,26 @@ class AskContext:
     inserted: list[MessageRecord] | None = None
 
 
-async def ask_and_insert(
+async def ask_context_inserting(
     conn: AsyncConnection,
     *,
     session_id: str,
     pending_id: str,
-    question: QuestionSpec,
+    questions: Sequence[QuestionSpec],
     context: str | None,
     signature: str,
     waiter_id: str,
     waiter_instance: str,
 ) -> AskContext:
-    """PostgreSQL, a one-question ask: `ask_context` and, in the common case (a live session with a
-    current turn and no identical active bundle), `insert_bundle` with the session set waiting, in one
-    statement. `inserted` is None when it inserted nothing: the caller decides from the context."""
+    """`ask_context`; and on PostgreSQL, for a one-question ask in the common case (a live session
+    with a current turn and no identical active bundle), `insert_bundle` with the session set
+    waiting, in the same statement. `inserted` is None when it inserted nothing: the caller decides
+    from the context."""
+    if len(questions) != 1 or conn.dialect.name != "postgresql":
+        session, turn, reusable = await ask_context(conn, session_id, signature)
+        return AskContext(session, turn, reusable)
     (record,) = _bundle_records(
-        session_id, "", pending_id, [question], context, signature, waiter_id, waiter_instance
+        session_id, "", pending_id, questions, context, signature, waiter_id, waiter_instance
     )
     params = {**_row_values(record), "b_session": session_id, "b_signature": signature}
     row = await _ASK_AND_INSERT.first(conn, params)
@@ -458,7 +434,7 @@ async def attach_waiter(
     """A new waiter takes over an active bundle: its pending current-turn rows become attached."""
     result = await conn.execute(
         update(M)
-        .where(_PENDING_ID_IS, ACTIVE_ROWS)
+        .where(PENDING_ID_IS, ACTIVE_ROWS)
         .values(
             metadata=json_update(
                 M.c.metadata,
@@ -466,7 +442,7 @@ async def attach_waiter(
             )
         )
         .returning(M.c.id),
-        _bound(session_id, pending_id),
+        bound(session_id, pending_id),
     )
     return [r.id for r in result]
 
@@ -490,7 +466,7 @@ async def detach(
     """
     conditions = [ACTIVE_ROWS, not_(json_flag(M.c.metadata, "agent_disconnected"))]
     if pending_id is not None:
-        conditions.append(_PENDING_ID_IS)
+        conditions.append(PENDING_ID_IS)
     if waiter_id is not None:
         conditions.append(json_text(M.c.metadata, "waiter_id") == waiter_id)
     if turn_id is not None:
@@ -500,7 +476,7 @@ async def detach(
         .where(*conditions)
         .values(metadata=json_update(M.c.metadata, {"agent_disconnected": True}))
         .returning(M.c.id, json_text(M.c.metadata, "pending_id").label("pending_id")),
-        _bound(session_id, pending_id),
+        bound(session_id, pending_id),
     )
     return [(r.id, str(r.pending_id)) for r in result]
 
@@ -511,10 +487,10 @@ async def close_pending(
     """Cancel (or expire) the pending current-turn rows of one bundle; other bundles are untouched."""
     result = await conn.execute(
         update(M)
-        .where(_PENDING_ID_IS, ACTIVE_ROWS)
+        .where(PENDING_ID_IS, ACTIVE_ROWS)
         .values(metadata=json_update(M.c.metadata, {"status": status.value}), updated_at=utcnow())
         .returning(M.c.id),
-        _bound(session_id, pending_id),
+        bound(session_id, pending_id),
     )
     return [r.id for r in result]
 
@@ -528,9 +504,9 @@ async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) ->
     result = await conn.execute(
         update(M)
         .where(
-            M.c.session_id == _B_SESSION,
-            is_kind(M, MESSAGE_KIND_CLARIFICATION),
-            _IN_CURRENT_TURN,
+            M.c.session_id == B_SESSION,
+            is_pending_action(M),
+            IN_CURRENT_TURN,
             is_pending_status(M),
         )
         .values(
@@ -538,308 +514,9 @@ async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) ->
             updated_at=utcnow(),
         )
         .returning(M.c.id),
-        _bound(session_id),
+        bound(session_id),
     )
     return [row.id for row in result]
-
-
-# --- respond ------------------------------------------------------------------------------------
-
-
-async def claim(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    pending_id: str,
-    message_ids: Sequence[str],
-    answers: dict[str, Answer],
-    rejected: bool,
-    claim_id: str | None,
-    detach_rows: bool,
-) -> list[BundleRow]:
-    """`claim_bumping` without the bump."""
-    claimed, _ = await claim_bumping(
-        conn,
-        session_id=session_id,
-        pending_id=pending_id,
-        message_ids=message_ids,
-        answers=answers,
-        rejected=rejected,
-        claim_id=claim_id,
-        detach_rows=detach_rows,
-    )
-    return claimed
-
-
-async def claim_bumping(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    pending_id: str,
-    message_ids: Sequence[str],
-    answers: dict[str, Answer],
-    rejected: bool,
-    claim_id: str | None,
-    detach_rows: bool,
-    bump: bool = False,
-) -> tuple[list[BundleRow], bool]:
-    """The atomic current-turn claim: ONE conditional UPDATE of the bundle's pending rows.
-
-    Writes each row's answer (status answered/rejected + response) and, with `claim_id`, the durable
-    delivery intent. The WHERE re-checks pending status, current-turn ownership and a live session;
-    the rows it returns are the claim (an empty list means the claim was lost).
-
-    `bump`: the caller's unit of work wants the session's sequence bumped when the claim took rows;
-    returns whether this statement already did it (on PostgreSQL, in the same statement).
-    """
-    if not message_ids:
-        return [], False
-    if len(message_ids) == 1 and len(answers) <= 1:
-        together = bump and conn.dialect.name == "postgresql"
-        claimed = await _claim_one(
-            conn,
-            session_id=session_id,
-            pending_id=pending_id,
-            message_id=message_ids[0],
-            answer=None if rejected or not answers else next(iter(answers.items())),
-            rejected=rejected,
-            claim_id=claim_id,
-            detach_rows=detach_rows,
-            bump=together,
-        )
-        return claimed, together and bool(claimed)
-    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
-    qid = json_text(M.c.metadata, "question_id")
-    if rejected or not answers:
-        new_metadata: Any = json_update(M.c.metadata, base)
-    else:
-        new_metadata = case(
-            *(
-                (qid == question_id, json_update(M.c.metadata, {**base, "response": a.as_response()}))
-                for question_id, a in answers.items()
-            ),
-            else_=json_update(M.c.metadata, base),
-        )
-    result = await conn.execute(
-        update(M)
-        .where(*_claimable(M.c.id.in_(list(message_ids))))
-        .values(metadata=new_metadata, updated_at=utcnow())
-        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
-        _bound(session_id, pending_id),
-    )
-    return [bundle_row(r) for r in result], False
-
-
-def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
-    """Which of these rows a claim of bundle `b_pending_id` may take: active, and not already claimed."""
-    return (rows_, _PENDING_ID_IS, ACTIVE_ROWS, not_(json_flag(M.c.metadata, INTENT_KEY)))
-
-
-def _claim_metadata(*, rejected: bool, claim_id: str | None, detach_rows: bool) -> dict[str, Any]:
-    """What a claim writes into every claimed row (the answer itself aside)."""
-    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
-    base: dict[str, Any] = {"status": status.value}
-    if claim_id is not None:
-        base[INTENT_KEY] = True
-        base[CLAIM_KEY] = claim_id
-    if detach_rows:
-        base["agent_disconnected"] = True
-    return base
-
-
-# The claim of a one-row bundle (the common case), built once per shape of the written metadata.
-_CLAIM_ONE: dict[tuple[str, ...], Prepared] = {}
-_CLAIM_WHERE = _claimable(M.c.id == bindparam("b_id", type_=M.c.id.type))
-
-
-def _with_bump(write: Any, *, also: Any = None) -> Any:
-    """PostgreSQL: `write` (a DML statement with RETURNING) as a CTE whose rows the statement returns,
-    and, only when it returned any, the unit of work's sequence bump of the session `b_session` in the
-    same statement (`also`: further columns of the bump's outcome). Both see one snapshot; neither
-    reads what the other writes."""
-    done = write.cte("done")
-    bumped = (
-        update(S)
-        .where(S.c.id == _B_SESSION, exists(select(done.c[0])))
-        .values(pending_seq=S.c.pending_seq + 1)
-        .returning(S.c.id)
-    )
-    if also is not None:
-        bumped = also(bumped)
-    bump = bumped.cte("bumped")
-    return select(*done.c, select(func.count()).select_from(bump).scalar_subquery().label("bumped"))
-
-
-def _claim_one_statement(keys: tuple[str, ...], with_response: bool, *, bump: bool = False) -> Prepared:
-    shape = (*keys, "+response" if with_response else "", "+bump" if bump else "")
-    prepared = _CLAIM_ONE.get(shape)
-    if prepared is None:
-        base = json_update(M.c.metadata, dict.fromkeys(keys), param="b_patch")
-        new_metadata: Any = base
-        if with_response:
-            answered = json_update(M.c.metadata, dict.fromkeys((*keys, "response")), param="b_patch_answer")
-            new_metadata = case(
-                (json_text(M.c.metadata, "question_id") == bindparam("b_question_id"), answered), else_=base
-            )
-        write = (
-            update(M)
-            .where(*_CLAIM_WHERE)
-            .values(metadata=new_metadata, updated_at=bindparam("b_now", type_=M.c.updated_at.type))
-            .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
-        )
-        prepared = _CLAIM_ONE[shape] = Prepared(_with_bump(write) if bump else write)
-    return prepared
-
-
-async def _claim_one(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    pending_id: str,
-    message_id: str,
-    answer: tuple[str, Answer] | None,
-    rejected: bool,
-    claim_id: str | None,
-    detach_rows: bool,
-    bump: bool = False,
-) -> list[BundleRow]:
-    """`claim` for one row: the same conditional UPDATE, with its values bound instead of built
-    (`bump`: PostgreSQL only, with the session's sequence bump when it claimed anything)."""
-    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
-    params: dict[str, Any] = {
-        **_bound(session_id, pending_id),
-        "b_id": message_id,
-        "b_patch": json_patch(base),
-        "b_now": utcnow(),
-    }
-    if answer is not None:
-        question_id, value = answer
-        params["b_question_id"] = question_id
-        params["b_patch_answer"] = json_patch({**base, "response": value.as_response()})
-    claimed = await _claim_one_statement(tuple(base), answer is not None, bump=bump).rows(conn, params)
-    return [bundle_row(r) for r in claimed]
-
-
-def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement[bool]]:
-    return [
-        M.c.id.in_(list(message_ids)),
-        json_flag(M.c.metadata, INTENT_KEY),
-        json_text(M.c.metadata, CLAIM_KEY) == claim_id,
-    ]
-
-
-def _settle(rows_: ColumnElement[bool]) -> Any:
-    """Remove the delivery intent of these rows while claim `b_claim` still holds it."""
-    return (
-        update(M)
-        .where(
-            rows_,
-            json_flag(M.c.metadata, INTENT_KEY),
-            json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
-        )
-        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
-    )
-
-
-_SETTLE_CLAIM = _settle(M.c.id.in_(bindparam("b_ids", expanding=True)))
-
-
-_SETTLE_ONE = Prepared(_settle(M.c.id == bindparam("b_id", type_=M.c.id.type)))
-
-
-def _resume_when_unblocked(bump: Any) -> Any:
-    """The bump of `_with_bump` that is also `tasks.mark_running_when_unblocked`."""
-    return bump.where(*tasks.WAITING_AND_UNBLOCKED).values(
-        state=SessionState.RUNNING.value, updated_at=bindparam("b_now", type_=S.c.updated_at.type)
-    )
-
-
-_SETTLE_AND_RESUME = Prepared(_with_bump(_SETTLE_ONE.statement, also=_resume_when_unblocked))
-
-
-def _with_bump_counted(write: Any, *, also: Any) -> Any:
-    """`_with_bump`, returning one row per row `write` returned and one more when the bump happened:
-    what `run_alone` can report (the number of rows of the message's last statement)."""
-    done = write.cte("done")
-    bump = (
-        also(
-            update(S)
-            .where(S.c.id == _B_SESSION, exists(select(done.c[0])))
-            .values(pending_seq=S.c.pending_seq + 1)
-        )
-        .returning(S.c.id)
-        .cte("bumped")
-    )
-    return select(done.c.id).union_all(select(bump.c.id))
-
-
-_SETTLE_AND_RESUME_COUNTED = Prepared(_with_bump_counted(_SETTLE_ONE.statement, also=_resume_when_unblocked))
-
-
-async def confirm_alone(
-    conn: AsyncConnection, session_id: str, message_id: str, claim_id: str
-) -> tuple[bool, bool] | None:
-    """PostgreSQL: the confirmation of a one-row claim as a transaction of its own, in one round trip
-    (`prepared.run_alone`): the session's lock, then `settle_claim_and_resume`. (settled, resumed);
-    None where it cannot be sent so (the caller then confirms in a unit of work)."""
-    params = {"b_id": message_id, "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
-    rows = await run_alone(conn, locks.lock_one(session_id), (_SETTLE_AND_RESUME_COUNTED, params))
-    if rows is None:
-        return None
-    return rows >= 1, rows >= 2
-
-
-async def settle_claim_and_resume(
-    conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str
-) -> tuple[list[BundleRow], bool]:
-    """`settle_claim`, then, when it settled anything, `tasks.mark_running_when_unblocked(...,
-    bump=True)`: one statement on PostgreSQL (settling removes only the delivery intent, which no
-    blocking condition reads, so both parts may share one snapshot). True when the session resumed."""
-    if len(message_ids) == 1 and conn.dialect.name == "postgresql":
-        params = {"b_id": message_ids[0], "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
-        found = await _SETTLE_AND_RESUME.rows(conn, params)
-        return [bundle_row(r) for r in found], bool(found) and found[0].bumped == 1
-    settled = await settle_claim(conn, message_ids, claim_id)
-    if not settled:
-        return [], False
-    return settled, await tasks.mark_running_when_unblocked(conn, session_id, bump=True)
-
-
-async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_id: str) -> list[BundleRow]:
-    """Finalize (delivery confirmed) or retire (delivery impossible) exactly this claim's rows: remove
-    the intent while it is still set by this claim. `updated_at` keeps the response time."""
-    if len(message_ids) == 1:
-        settled = await _SETTLE_ONE.rows(conn, {"b_id": message_ids[0], "b_claim": claim_id})
-        return [bundle_row(r) for r in settled]
-    result = await conn.execute(_SETTLE_CLAIM, {"b_ids": list(message_ids), "b_claim": claim_id})
-    return [bundle_row(r) for r in result]
-
-
-RESTORE_REMOVES = (INTENT_KEY, CLAIM_KEY, "response")
-
-
-async def restore_claim(
-    conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str, *, detach_rows: bool
-) -> list[str]:
-    """Put exactly this claim's rows back to pending, only while their turn is current and the session
-    live. Serializes with `settle_claim` under the session lock: whichever runs first wins."""
-    values: dict[str, Any] = {"status": ClarificationStatus.PENDING.value}
-    if detach_rows:
-        values["agent_disconnected"] = True
-    result = await conn.execute(
-        update(M)
-        .where(
-            *_claimed_by(message_ids, claim_id),
-            M.c.session_id == _B_SESSION,
-            _IN_CURRENT_TURN,
-            _SESSION_LIVE,
-        )
-        .values(metadata=json_update(M.c.metadata, values, remove=RESTORE_REMOVES), updated_at=utcnow())
-        .returning(M.c.id),
-        _bound(session_id),
-    )
-    return [r.id for r in result]
 
 
 # --- workflow guard -----------------------------------------------------------------------------
@@ -850,7 +527,7 @@ async def sessions_with_active_bundles(conn: AsyncConnection, task_id: str) -> l
     result = await conn.execute(
         select(M.c.session_id)
         .join(S, S.c.id == M.c.session_id)
-        .where(S.c.task_id == task_id, active_clarification_rows(M, S.c.state))
+        .where(S.c.task_id == task_id, active_pending_rows(M, S.c.state))
         .group_by(M.c.session_id)
         .order_by(M.c.session_id)
     )

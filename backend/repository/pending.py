@@ -15,7 +15,7 @@ from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData
 from backend.domain.records import Revision, SessionPending, SessionRecord
 from backend.repository import rows
-from backend.repository.authority import active_clarification_rows, current_turn_id, pending_action
+from backend.repository.authority import active_pending_rows, current_turn_id, pending_action
 from backend.repository.meta import epoch_value, parse_epoch
 
 
@@ -53,7 +53,7 @@ _ACTIVE_PENDING_IDS = (
     select(_PENDING_ID.label("pending_id"))
     .where(
         M.c.session_id == bindparam("b_session", type_=S.c.id.type),
-        active_clarification_rows(M, _SESSION_STATE),
+        active_pending_rows(M, _SESSION_STATE),
     )
     .group_by(_PENDING_ID)
     .order_by(_PENDING_ID)

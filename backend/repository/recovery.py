@@ -17,12 +17,13 @@ from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import INTENT_KEY, BundleRow
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus
 from backend.repository.authority import (
-    active_clarification_rows,
+    active_pending_rows,
     current_turn_id,
     is_pending_status,
     session_is_live,
 )
-from backend.repository.clarifications import RESTORE_REMOVES, bundle_row
+from backend.repository.claims import RESTORE_REMOVES
+from backend.repository.pending_rows import bundle_row
 
 
 async def delivery_intents(conn: AsyncConnection) -> list[BundleRow]:
@@ -77,7 +78,7 @@ async def attached_waiter_rows(conn: AsyncConnection) -> list[tuple[str, str, st
         select(M.c.id, M.c.session_id, json_text(M.c.metadata, "waiter_instance").label("instance"))
         .join(S, S.c.id == M.c.session_id)
         .where(
-            active_clarification_rows(M, S.c.state),
+            active_pending_rows(M, S.c.state),
             not_(json_flag(M.c.metadata, "agent_disconnected")),
         )
     )

@@ -18,7 +18,7 @@ from backend.domain.errors import CorruptData
 from backend.domain.pending import TASK_RANK
 from backend.domain.records import SummaryRecord
 from backend.domain.states import TASK_PENDING_SESSION_STATES
-from backend.repository.locks import lock_key, lock_one
+from backend.repository.locks import lock_key, lock_one, lock_sessions
 from backend.repository.pending import projected_sessions
 from backend.repository.rows import metadata_of
 
@@ -125,13 +125,17 @@ _HOLD_SUMMARY_OF_SESSION = Prepared(
 )
 
 
-async def lock_session_holding_summary(conn: AsyncConnection, session_id: str) -> None:
+async def lock_session_holding_summary(conn: AsyncConnection, session_id: str) -> bool:
     """PostgreSQL: take the session's lock and then hold its task's summary row (if it has one) until
     the transaction ends. As the transaction's first statements, in BEGIN's own message; else one
-    statement."""
+    statement. Elsewhere only the session's lock is taken. Whether the summary row is held."""
+    if conn.dialect.name != "postgresql":
+        await lock_sessions(conn, [session_id])
+        return False
     params = {"b_session": session_id}
     if not await begin_with(conn, lock_one(session_id), (_HOLD_SUMMARY_OF_SESSION, params)):
         await _LOCK_SESSION_HOLDING_SUMMARY.rows(conn, params)
+    return True
 
 
 def _record(row: Any) -> SummaryRecord:

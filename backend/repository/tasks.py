@@ -15,7 +15,7 @@ from backend.domain.ids import new_id
 from backend.domain.records import SessionRecord, TaskRecord
 from backend.domain.states import SessionState
 from backend.repository import rows
-from backend.repository.authority import active_clarification_rows
+from backend.repository.authority import active_pending_rows
 
 
 async def create_task(conn: AsyncConnection, title: str, workflow_step: str = "todo") -> TaskRecord:
@@ -127,7 +127,7 @@ WAITING_AND_UNBLOCKED = (
     not_(
         exists().where(
             _BLOCKING.c.session_id == _B_SESSION,
-            active_clarification_rows(_BLOCKING, task_sessions.c.state),
+            active_pending_rows(_BLOCKING, task_sessions.c.state),
         )
     ),
 )

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backend.executors.base import PromptRequest
+from backend.config import Settings
+from backend.executors.base import Executor, PromptRequest
+from backend.executors.scripted import ScriptedExecutor
+from backend.executors.webhook import WebhookExecutor
 from backend.repository import tasks
 from backend.services.access import Access
 from backend.services.clarifications import Clarifications
@@ -12,7 +15,7 @@ from backend.services.context import Deps
 from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.operations import Operations
-from backend.services.orchestrator import Orchestrator, executor_for
+from backend.services.orchestrator import Orchestrator
 from backend.services.prompt_channel import PromptChannel
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
@@ -20,6 +23,20 @@ from backend.services.resume_recovery import ReservationRecovery
 from backend.services.summaries import Summaries
 from backend.services.waiters import WaiterHub
 from backend.services.watchdog import Watchdogs
+
+
+def executor_for(settings: Settings, prompts: PromptChannel) -> Executor:
+    """TURNWISE_EXECUTOR: channel (default) | webhook (TURNWISE_WEBHOOK_URL) | scripted."""
+    kind = settings.executor
+    if kind == "channel":
+        return prompts
+    if kind == "webhook":
+        if not settings.webhook_url:
+            raise ValueError("TURNWISE_EXECUTOR=webhook needs TURNWISE_WEBHOOK_URL")
+        return WebhookExecutor(settings.webhook_url)
+    if kind == "scripted":
+        return ScriptedExecutor(list(settings.scripted_outcomes), settings.scripted_log)
+    raise ValueError(f"TURNWISE_EXECUTOR must be channel, webhook or scripted, not {kind!r}")
 
 
 @dataclass

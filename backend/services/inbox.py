@@ -26,9 +26,8 @@ from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
-from backend.repository import clarifications as clarification_repo
+from backend.repository import claims, instances, reservations, runners, tasks, turns
 from backend.repository import inbox as repo
-from backend.repository import instances, reservations, runners, tasks, turns
 from backend.repository.inbox import InboxItem
 from backend.services.context import Deps
 from backend.services.orchestrator import Orchestrator
@@ -120,7 +119,7 @@ class Inbox:
                 prompt=resume_prompt(rows, claim.answers),
                 answers=rendered_answers(rows, claim.answers),
             )
-            await clarification_repo.settle_claim(conn, claim.message_ids, claim.claim_id)
+            await claims.settle_claim(conn, claim.message_ids, claim.claim_id)
             await repo.mark_rows(conn, claim.message_ids)
             await tasks.mark_running_when_unblocked(conn, claim.session_id)
             w.touch(claim.session_id)

@@ -13,6 +13,10 @@ does the primary-answer watchdog's fallback):
 
 In-process memory only ever makes things stricter: accepted turns can never be rolled back, and a
 session whose rollback failed admits no prompt and resolves no ready event until restart recovery.
+
+About 630 lines, on purpose: admission, the durable steps and the ready-event gate share one state
+machine (`_Live`, `Outcome`), and each step's failure handling names the step that undoes it; split
+across modules, a reader would lose the one place where every outcome of a reservation is decided.
 """
 
 from __future__ import annotations
@@ -34,14 +38,10 @@ from backend.domain.lifecycle import Answer, Claim
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.executors.base import DispatchOutcome, DispatchResult, Executor, PromptRequest
-from backend.executors.scripted import ScriptedExecutor
-from backend.executors.webhook import WebhookExecutor
-from backend.repository import clarifications as clarification_repo
-from backend.repository import reservations, tasks, turns
+from backend.repository import claims, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
-from backend.services.prompt_channel import PromptChannel
 from backend.services.resume import ResumeOutcome
 from backend.services.uow import uow
 
@@ -52,20 +52,6 @@ POLL_SECONDS = 0.05
 # Reservation turns remembered as this process's own (their events are not agent activity). Their
 # events reach the watchdogs moments after publication, so the newest ones suffice.
 OWN_TURNS_KEPT = 4096
-
-
-def executor_for(settings: Settings, prompts: PromptChannel) -> Executor:
-    """TURNWISE_EXECUTOR: channel (default) | webhook (TURNWISE_WEBHOOK_URL) | scripted."""
-    kind = settings.executor
-    if kind == "channel":
-        return prompts
-    if kind == "webhook":
-        if not settings.webhook_url:
-            raise ValueError("TURNWISE_EXECUTOR=webhook needs TURNWISE_WEBHOOK_URL")
-        return WebhookExecutor(settings.webhook_url)
-    if kind == "scripted":
-        return ScriptedExecutor(list(settings.scripted_outcomes), settings.scripted_log)
-    raise ValueError(f"TURNWISE_EXECUTOR must be channel, webhook or scripted, not {kind!r}")
 
 
 class Outcome(StrEnum):
@@ -484,7 +470,7 @@ class Orchestrator:
                 if not await reservations.clear_recovery(w.conn, live.turn_id):
                     raise RuntimeError("the reservation lost its recovery metadata")
                 if claim_id is not None:
-                    await clarification_repo.settle_claim(w.conn, message_ids, claim_id)
+                    await claims.settle_claim(w.conn, message_ids, claim_id)
                 await tasks.mark_running_when_unblocked(w.conn, session_id)
                 w.touch(session_id)
         except Exception as exc:
@@ -512,7 +498,7 @@ class Orchestrator:
                 faults.check("resume.outbox")
                 await reservations.move_to_outbox(w.conn, [live.turn_id])
                 if claim_id is not None:
-                    await clarification_repo.settle_claim(w.conn, message_ids, claim_id)
+                    await claims.settle_claim(w.conn, message_ids, claim_id)
                 await tasks.mark_running_when_unblocked(w.conn, ids["session_id"])
                 w.touch(ids["session_id"])
             log.info("start event queued", extra={"event": "resume.outbox", **ids})

@@ -15,7 +15,7 @@ claim transaction committed. What the claim carries (`backend.domain.lifecycle.C
 The outcome tells the service what happened and who owns the rows from now on:
 
 - `accepted=True`: the resume reached its durable boundary (successor turn published). The resumer
-  has retired the intent of exactly `message_ids` (`clarifications.settle_claim` with `claim_id`) in
+  has retired the intent of exactly `message_ids` (`claims.settle_claim` with `claim_id`) in
   the same transaction, or its reservation recovery owns it. The service publishes the terminal rows
   and returns `ClarificationResponded(resumed=True)`.
 - `accepted=True, queued=True`: no agent was connected; the resume prompt was written durably to the

@@ -18,9 +18,10 @@ owns the lock, the bump, the commit and the fan-out.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -36,6 +37,8 @@ from backend.services.summaries import (
     publish_summaries,
     summary_event,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,10 +144,10 @@ async def uow(
     async with deps.db.write() as conn:
         work = Work(conn)
         wanted = list(session_ids)
-        if hold_summary and len(wanted) == 1 and conn.dialect.name == "postgresql":
-            await summaries.lock_session_holding_summary(conn, wanted[0])
+        if hold_summary and len(wanted) == 1:
+            if await summaries.lock_session_holding_summary(conn, wanted[0]):
+                work.summary_held(wanted[0])
             work.locked_by_read(wanted[0])
-            work.summary_held(wanted[0])
         else:
             await work.lock(wanted)
         yield work
@@ -164,6 +167,22 @@ async def uow(
                 work.projected = True  # no pending action moved: every summary is as current as before
     if not hold:
         await flush(deps, work)
+
+
+async def one_message(
+    deps: Deps, send: Callable[[AsyncConnection], Awaitable[T | None]]
+) -> tuple[T, Work] | None:
+    """A unit of work sent as one message of its own (its lock and writes in one round trip) where the
+    database takes one (`Database.sends_messages`): `send` writes through the connection and returns
+    what it found, or None when it could not be sent so. None tells the caller to run the same
+    writes in `uow`. The returned Work is committed; its events are queued for `flush`."""
+    if not deps.db.sends_messages:
+        return None
+    async with deps.db.alone() as conn:
+        found = await send(conn)
+    if found is None:
+        return None
+    return found, Work(conn)
 
 
 async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:

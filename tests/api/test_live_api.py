@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import websockets
@@ -305,8 +306,10 @@ async def test_websocket_compression_is_off_by_default_and_on_when_configured(
     assert "permessage-deflate" in (await _negotiated_extensions(limited_server) or "")
 
 
-async def ws_connect(srv: Server, origin: str | None) -> Connection:
+async def ws_connect(srv: Server, origin: str | None, host: str | None = None) -> Connection:
     headers = {} if origin is None else {"Origin": origin}
+    if host is not None:
+        headers["Host"] = host
     url = srv.base_url.replace("http", "ws", 1) + "/graphql"
     return await Connection.open(url, ADMIN_TOKEN, headers=headers)
 
@@ -320,6 +323,38 @@ async def test_websocket_origins_same_origin_and_allowed_pass_others_are_refused
     with pytest.raises(websockets.InvalidStatus) as refused:
         await ws_connect(limited_server, "http://evil.example")
     assert refused.value.response.status_code == 403
+
+
+async def _handshake_status(srv: Server, host: str, origin: str | None) -> int:
+    """The status of a raw WebSocket handshake naming this Host (a client library sets its own)."""
+    parts = urlsplit(srv.base_url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    lines = [
+        "GET /graphql HTTP/1.1",
+        f"Host: {host}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+        "Sec-WebSocket-Version: 13",
+        "Sec-WebSocket-Protocol: graphql-transport-ws",
+        *([] if origin is None else [f"Origin: {origin}"]),
+    ]
+    try:
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        status_line = await asyncio.wait_for(reader.readline(), 10)
+        return int(status_line.split()[1])
+    finally:
+        writer.close()
+
+
+async def test_a_websocket_page_whose_name_was_rebound_here_is_refused(server: Server) -> None:
+    # A page of rebound.example whose name now resolves to this machine is its own origin: the
+    # origin matches the Host it sends, so only the host check tells it from this server's own pages.
+    assert await _handshake_status(server, "rebound.example:8000", "http://rebound.example:8000") == 403
+    # An agent (no Origin) may name any host; this server's own page passes.
+    own = urlsplit(server.base_url).netloc
+    assert await _handshake_status(server, "rebound.example:8000", None) == 101
+    assert await _handshake_status(server, own, server.base_url) == 101
 
 
 async def test_a_connection_holds_at_most_the_configured_number_of_subscriptions(

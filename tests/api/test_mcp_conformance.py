@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from backend.api.mcp import BrowserRule
+from backend.api.browsers import BrowserRule
 from backend.config import Settings
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
 

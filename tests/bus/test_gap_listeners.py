@@ -12,7 +12,7 @@ from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
 from tests.bus.support import eventually, redis_process

@@ -24,7 +24,7 @@ from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
 from tests.bus.support import redis_process

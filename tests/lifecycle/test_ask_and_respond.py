@@ -11,7 +11,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.resume import ResumeOutcome
 from backend.services.uow import Work
 from tests.lifecycle.support import (

@@ -13,9 +13,10 @@ from backend.db.engine import Database
 from backend.db.tables import task_session_turns
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
+from backend.repository import claims, locks, pending, turns
 from backend.repository import clarifications as repo
-from backend.repository import locks, pending, turns
-from backend.services.clarifications import TaskAdvanced, trusted
+from backend.services.bundles import trusted
+from backend.services.clarifications import TaskAdvanced
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
 from tests.lifecycle.support import Agent, all_metadata, new_session, questions, recording, rows, running, yes
@@ -272,7 +273,7 @@ async def test_a_terminal_session_whose_expiry_write_failed_still_rejects_a_stal
         # Even a claim that got past the service is refused by the terminal-session predicate.
         async with db.write() as conn:
             await locks.lock_sessions(conn, ["s1"])
-            claimed = await repo.claim(
+            claimed = await claims.claim(
                 conn,
                 session_id="s1",
                 pending_id="b1",

@@ -17,7 +17,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
 from backend.repository import clarifications as repo
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import Agent, new_session, recording, rows, running, yes
 
 # A claim handed to the waiter below would wait this long for a confirmation that never comes.

@@ -17,7 +17,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from tests.lifecycle.support import Agent, new_session, rows, running, yes
 

@@ -11,9 +11,9 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.domain.states import SessionState
-from backend.repository import clarifications as repo
-from backend.repository import locks
-from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced, trusted
+from backend.repository import claims, locks
+from backend.services.bundles import trusted
+from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced
 from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
 from tests.resume.support import resuming
 
@@ -138,7 +138,7 @@ async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Datab
             ids = [r.id for r in bundle.rows]
             async with db.write() as conn:
                 await locks.lock_sessions(conn, [session_id])
-                claimed = await repo.claim(
+                claimed = await claims.claim(
                     conn,
                     session_id=session_id,
                     pending_id=agent.pending_id,
@@ -153,12 +153,12 @@ async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Datab
             async def finalize(sid: str = session_id, ids: list[str] = ids, claim: str = f"claim{i}") -> int:
                 async with db.write() as conn:
                     await locks.lock_sessions(conn, [sid])
-                    return len(await repo.settle_claim(conn, ids, claim))
+                    return len(await claims.settle_claim(conn, ids, claim))
 
             async def restore(sid: str = session_id, ids: list[str] = ids, claim: str = f"claim{i}") -> int:
                 async with db.write() as conn:
                     await locks.lock_sessions(conn, [sid])
-                    return len(await repo.restore_claim(conn, sid, ids, claim, detach_rows=True))
+                    return len(await claims.restore_claim(conn, sid, ids, claim, detach_rows=True))
 
             won = (
                 await asyncio.gather(finalize(), restore())
@@ -181,7 +181,7 @@ async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_on
         # A historical per-row failure left q1 answered and q2 pending.
         async with db.write() as conn:
             await locks.lock_sessions(conn, [session_id])
-            await repo.claim(
+            await claims.claim(
                 conn,
                 session_id=session_id,
                 pending_id=agent.pending_id,
@@ -303,7 +303,7 @@ async def test_workflow_guard_fails_closed_when_the_active_state_read_fails(db: 
 async def _stranded_claim(db: Database, session_id: str, pending_id: str, ids: list[str]) -> None:
     async with db.write() as conn:
         await locks.lock_sessions(conn, [session_id])
-        claimed = await repo.claim(
+        claimed = await claims.claim(
             conn,
             session_id=session_id,
             pending_id=pending_id,

@@ -18,7 +18,7 @@ from backend.db import tables
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, Answer, BundleState, ConflictReason
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from tests.lifecycle.support import Agent, new_session, recording, rows, running
 from tests.resume.support import GatedExecutor, detached_question, resuming

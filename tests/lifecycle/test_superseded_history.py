@@ -6,7 +6,8 @@ import pytest
 
 from backend.db.engine import Database
 from backend.domain.lifecycle import BundleState
-from backend.services.clarifications import TaskAdvanced, trusted
+from backend.services.bundles import trusted
+from backend.services.clarifications import TaskAdvanced
 from tests.lifecycle.support import Agent, new_session, recording, rows, running
 from tests.resume.support import eventually
 

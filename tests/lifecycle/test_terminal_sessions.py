@@ -13,7 +13,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, pending
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
 from tests.resume.support import eventually

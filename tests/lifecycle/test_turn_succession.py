@@ -5,7 +5,7 @@ from __future__ import annotations
 from backend.db.engine import Database
 from backend.domain.lifecycle import Answered
 from backend.repository import pending, tasks, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import Agent, new_session, running, yes
 from tests.resume.support import detached_question, resuming
 

@@ -39,7 +39,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.clarification import flag
 from backend.domain.errors import InvalidInput, InvalidState, NotFound
 from backend.domain.states import SessionState
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from tests.conftest import wipe
 from tests.reliability.model import (

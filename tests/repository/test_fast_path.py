@@ -22,7 +22,7 @@ from backend.db.prepared import FastPathContext, Prepared, begin_with, run_alone
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import Answered
 from backend.repository import locks
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.conftest import wipe
 from tests.lifecycle.support import Agent, new_session, running, yes
 from tests.repository.test_prepared import seed_session

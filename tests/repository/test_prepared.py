@@ -535,12 +535,12 @@ async def test_begin_with_sends_nothing_on_sqlite(sqlite_url: str) -> None:
 
 
 async def _ask(conn: AsyncConnection, session_id: str, signature: str) -> clarifications.AskContext:
-    (question,) = validate_questions([{"prompt": "c?", "options": [{"label": "x"}, {"label": "y"}]}], None)
-    return await clarifications.ask_and_insert(
+    questions = validate_questions([{"prompt": "c?", "options": [{"label": "x"}, {"label": "y"}]}], None)
+    return await clarifications.ask_context_inserting(
         conn,
         session_id=session_id,
         pending_id=new_id(),
-        question=question,
+        questions=questions,
         context=None,
         signature=signature,
         waiter_id="w2",
@@ -548,7 +548,7 @@ async def _ask(conn: AsyncConnection, session_id: str, signature: str) -> clarif
     )
 
 
-async def test_ask_and_insert_writes_the_common_case_and_leaves_every_other_to_the_caller(
+async def test_ask_context_inserting_writes_the_common_case_and_leaves_every_other_to_the_caller(
     pg_url: str,
 ) -> None:
     db = Database(pg_url)

@@ -15,7 +15,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import new_session, recording, rows, yes
 from tests.resume.support import GatedExecutor, detached_question, eventually, resuming, turn_rows
 

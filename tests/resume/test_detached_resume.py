@@ -12,7 +12,7 @@ from backend.domain.errors import TurnwiseError
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import new_session, questions, recording, rows, yes
 from tests.resume.support import (
@@ -374,7 +374,7 @@ async def test_the_resumed_agent_completes_its_own_turn_with_the_generation_it_w
 def test_executor_is_chosen_by_settings() -> None:
     from backend.config import Settings
     from backend.executors.webhook import WebhookExecutor
-    from backend.services.orchestrator import executor_for
+    from backend.services.container import executor_for
 
     prompts = object()
     assert executor_for(Settings(), prompts) is prompts  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from backend.db.tables import task_session_turns as T
 from backend.domain.clarification import flag
 from backend.domain.lifecycle import BundleState
 from backend.repository import locks, pending, reservations, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from frontend_py.kit import derivation
 from tests.lifecycle.support import new_session, recording, rows
 from tests.resume.support import detached_question, eventually, resuming, turn_rows

@@ -17,7 +17,7 @@ from backend.domain.lifecycle import BundleState
 from backend.executors.base import PromptRequest
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import runners, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.prompt_channel import prompts_channel
 from backend.services.watchdog import Watch

@@ -19,7 +19,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.repository import turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.orchestrator import TurnSnapshot
 from tests.lifecycle.support import Agent, new_session, recording
 from tests.resume.support import resuming, turn_rows

@@ -13,7 +13,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
 from backend.repository import reservations, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import new_session, recording, rows, yes
 from tests.resume.support import detached_question, eventually, faulty, resuming, turn_rows
 

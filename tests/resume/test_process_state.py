@@ -6,7 +6,7 @@ from __future__ import annotations
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.services import orchestrator
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import new_session, yes
 from tests.resume.support import detached_question, faulty, resuming
 

@@ -11,7 +11,8 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
 from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
-from backend.services.clarifications import TaskAdvanceBlocked, trusted
+from backend.services.bundles import trusted
+from backend.services.clarifications import TaskAdvanceBlocked
 from tests.lifecycle.support import new_session, recording, yes
 from tests.resume.support import GatedExecutor, detached_question, resuming, turn_rows
 

@@ -12,9 +12,8 @@ from backend.db.sqlfuncs import json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns as T
 from backend.domain.lifecycle import Answer, BundleState
-from backend.repository import clarifications as repo
-from backend.repository import locks, messages, reservations, turns
-from backend.services.clarifications import trusted
+from backend.repository import claims, locks, messages, reservations, turns
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.recovery import RecoveryFailed
 from tests.lifecycle.support import new_session, questions, recording, rows
@@ -49,7 +48,7 @@ async def strand(
                 .values(metadata=json_update(M.c.metadata, {"status": "answered"}))
             )
             ids = ids[1:]
-        claimed = await repo.claim(
+        claimed = await claims.claim(
             conn,
             session_id=session_id,
             pending_id=bundle.pending_id,
@@ -177,7 +176,7 @@ async def test_malformed_recovery_metadata_fails_startup_keeps_the_rows_and_stil
         agent = await detached_question(svc, intent_session)
         async with db.write() as conn:
             await locks.lock_sessions(conn, [intent_session])
-            await repo.claim(
+            await claims.claim(
                 conn,
                 session_id=intent_session,
                 pending_id=agent.pending_id,

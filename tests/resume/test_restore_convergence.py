@@ -13,7 +13,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState
 from backend.domain.records import SummaryRecord
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.summaries import SUMMARY_CHANNEL
 from tests.lifecycle.support import Agent, new_session, recording, rows, yes

@@ -18,7 +18,7 @@ from backend.bus import TASK_CHANNEL
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.operations import ReservationGate
 from tests.lifecycle.support import Agent, EventLog, new_session, questions, recording, rows, yes

@@ -18,8 +18,7 @@ from backend.db.engine import Database
 from backend.db.sqlfuncs import json_update
 from backend.db.tables import task_session_messages as M
 from backend.domain.lifecycle import INTENT_KEY, Answer
-from backend.repository import clarifications as repo
-from backend.repository import locks
+from backend.repository import claims, locks
 from tests.api.client import Client
 from tests.lifecycle.support import all_metadata, new_session
 from tests.resume.support import detached_question, resuming
@@ -52,7 +51,7 @@ async def stranded_and_corrupt(url: str) -> tuple[str, str, str]:
             async with db.write() as conn:
                 await locks.lock_sessions(conn, [good_session, bad_session])
                 # As a crash right after the claim leaves it: answered, its delivery intent set.
-                claimed = await repo.claim(
+                claimed = await claims.claim(
                     conn,
                     session_id=good_session,
                     pending_id=good.pending_id,

@@ -9,7 +9,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import reservations
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import new_session, yes
 from tests.resume.support import GatedExecutor, detached_question, resuming, turn_rows
 

@@ -10,7 +10,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from tests.lifecycle.support import Agent, new_session, yes
 from tests.resume.support import GatedExecutor, resuming, turn_rows
 from tests.resume.test_watchdog_races import capture_watches, finished

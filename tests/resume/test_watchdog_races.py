@@ -15,7 +15,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.watchdog import Watch
 from tests.lifecycle.support import Agent, new_session, yes

@@ -12,7 +12,7 @@ from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
 from backend.domain.pending import task_pending_action
 from backend.repository import pending
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
 from tests.lifecycle.support import Agent, new_session, running

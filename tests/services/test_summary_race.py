@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.context import Deps
 from backend.services.summaries import SUMMARY_CHANNEL, Summaries
 from tests.lifecycle.support import Agent, running, yes

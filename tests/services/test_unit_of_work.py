@@ -20,7 +20,7 @@ from backend.db.engine import Database
 from backend.db.tables import task_sessions
 from backend.domain.lifecycle import Answered
 from backend.repository import messages, summaries
-from backend.services.clarifications import trusted
+from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.uow import uow
 from tests.lifecycle.support import Agent, new_session, running, yes

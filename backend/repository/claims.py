@@ -1,0 +1,331 @@
+"""A response's durable claim of a pending action, and how the claim ends: settled (delivered or
+retired) or restored to pending. The same for every kind of pending action.
+
+Each write is one conditional statement whose WHERE re-checks what the caller decided on (pending
+status, current-turn ownership, live session, claim identity), so a stale decision changes nothing;
+settle and restore of one claim serialize under the session's lock, and whichever runs first wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, bindparam, case, exists, func, not_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import utcnow
+from backend.db.prepared import Prepared, run_alone
+from backend.db.sqlfuncs import json_flag, json_patch, json_text, json_update
+from backend.db.tables import task_session_messages as M
+from backend.db.tables import task_sessions as S
+from backend.domain.lifecycle import CLAIM_KEY, INTENT_KEY, Answer, BundleRow
+from backend.domain.states import ClarificationStatus, SessionState
+from backend.repository import locks, tasks
+from backend.repository.pending_rows import (
+    ACTIVE_ROWS,
+    B_SESSION,
+    IN_CURRENT_TURN,
+    PENDING_ID_IS,
+    SESSION_LIVE,
+    bound,
+    bundle_row,
+)
+
+# --- claim ------------------------------------------------------------------------------------
+
+
+async def claim(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_ids: Sequence[str],
+    answers: dict[str, Answer],
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+) -> list[BundleRow]:
+    """`claim_bumping` without the bump."""
+    claimed, _ = await claim_bumping(
+        conn,
+        session_id=session_id,
+        pending_id=pending_id,
+        message_ids=message_ids,
+        answers=answers,
+        rejected=rejected,
+        claim_id=claim_id,
+        detach_rows=detach_rows,
+    )
+    return claimed
+
+
+async def claim_bumping(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_ids: Sequence[str],
+    answers: dict[str, Answer],
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+    bump: bool = False,
+) -> tuple[list[BundleRow], bool]:
+    """The atomic current-turn claim: ONE conditional UPDATE of the bundle's pending rows.
+
+    Writes each row's answer (status answered/rejected + response) and, with `claim_id`, the durable
+    delivery intent. The WHERE re-checks pending status, current-turn ownership and a live session;
+    the rows it returns are the claim (an empty list means the claim was lost).
+
+    `bump`: the caller's unit of work wants the session's sequence bumped when the claim took rows;
+    returns whether this statement already did it (on PostgreSQL, in the same statement).
+    """
+    if not message_ids:
+        return [], False
+    if len(message_ids) == 1 and len(answers) <= 1:
+        together = bump and conn.dialect.name == "postgresql"
+        claimed = await _claim_one(
+            conn,
+            session_id=session_id,
+            pending_id=pending_id,
+            message_id=message_ids[0],
+            answer=None if rejected or not answers else next(iter(answers.items())),
+            rejected=rejected,
+            claim_id=claim_id,
+            detach_rows=detach_rows,
+            bump=together,
+        )
+        return claimed, together and bool(claimed)
+    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
+    qid = json_text(M.c.metadata, "question_id")
+    if rejected or not answers:
+        new_metadata: Any = json_update(M.c.metadata, base)
+    else:
+        new_metadata = case(
+            *(
+                (qid == question_id, json_update(M.c.metadata, {**base, "response": a.as_response()}))
+                for question_id, a in answers.items()
+            ),
+            else_=json_update(M.c.metadata, base),
+        )
+    result = await conn.execute(
+        update(M)
+        .where(*_claimable(M.c.id.in_(list(message_ids))))
+        .values(metadata=new_metadata, updated_at=utcnow())
+        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
+        bound(session_id, pending_id),
+    )
+    return [bundle_row(r) for r in result], False
+
+
+def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
+    """Which of these rows a claim of bundle `b_pending_id` may take: active, and not already claimed."""
+    return (rows_, PENDING_ID_IS, ACTIVE_ROWS, not_(json_flag(M.c.metadata, INTENT_KEY)))
+
+
+def _claim_metadata(*, rejected: bool, claim_id: str | None, detach_rows: bool) -> dict[str, Any]:
+    """What a claim writes into every claimed row (the answer itself aside)."""
+    status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
+    base: dict[str, Any] = {"status": status.value}
+    if claim_id is not None:
+        base[INTENT_KEY] = True
+        base[CLAIM_KEY] = claim_id
+    if detach_rows:
+        base["agent_disconnected"] = True
+    return base
+
+
+# The claim of a one-row bundle (the common case), built once per shape of the written metadata.
+_CLAIM_ONE: dict[tuple[str, ...], Prepared] = {}
+_CLAIM_WHERE = _claimable(M.c.id == bindparam("b_id", type_=M.c.id.type))
+
+
+def _with_bump(write: Any, *, also: Any = None) -> Any:
+    """PostgreSQL: `write` (a DML statement with RETURNING) as a CTE whose rows the statement returns,
+    and, only when it returned any, the unit of work's sequence bump of the session `b_session` in the
+    same statement (`also`: further columns of the bump's outcome). Both see one snapshot; neither
+    reads what the other writes."""
+    done = write.cte("done")
+    bumped = (
+        update(S)
+        .where(S.c.id == B_SESSION, exists(select(done.c[0])))
+        .values(pending_seq=S.c.pending_seq + 1)
+        .returning(S.c.id)
+    )
+    if also is not None:
+        bumped = also(bumped)
+    bump = bumped.cte("bumped")
+    return select(*done.c, select(func.count()).select_from(bump).scalar_subquery().label("bumped"))
+
+
+def _claim_one_statement(keys: tuple[str, ...], with_response: bool, *, bump: bool = False) -> Prepared:
+    shape = (*keys, "+response" if with_response else "", "+bump" if bump else "")
+    prepared = _CLAIM_ONE.get(shape)
+    if prepared is None:
+        base = json_update(M.c.metadata, dict.fromkeys(keys), param="b_patch")
+        new_metadata: Any = base
+        if with_response:
+            answered = json_update(M.c.metadata, dict.fromkeys((*keys, "response")), param="b_patch_answer")
+            new_metadata = case(
+                (json_text(M.c.metadata, "question_id") == bindparam("b_question_id"), answered), else_=base
+            )
+        write = (
+            update(M)
+            .where(*_CLAIM_WHERE)
+            .values(metadata=new_metadata, updated_at=bindparam("b_now", type_=M.c.updated_at.type))
+            .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+        )
+        prepared = _CLAIM_ONE[shape] = Prepared(_with_bump(write) if bump else write)
+    return prepared
+
+
+async def _claim_one(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_id: str,
+    answer: tuple[str, Answer] | None,
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+    bump: bool = False,
+) -> list[BundleRow]:
+    """`claim` for one row: the same conditional UPDATE, with its values bound instead of built
+    (`bump`: PostgreSQL only, with the session's sequence bump when it claimed anything)."""
+    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
+    params: dict[str, Any] = {
+        **bound(session_id, pending_id),
+        "b_id": message_id,
+        "b_patch": json_patch(base),
+        "b_now": utcnow(),
+    }
+    if answer is not None:
+        question_id, value = answer
+        params["b_question_id"] = question_id
+        params["b_patch_answer"] = json_patch({**base, "response": value.as_response()})
+    claimed = await _claim_one_statement(tuple(base), answer is not None, bump=bump).rows(conn, params)
+    return [bundle_row(r) for r in claimed]
+
+
+def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement[bool]]:
+    return [
+        M.c.id.in_(list(message_ids)),
+        json_flag(M.c.metadata, INTENT_KEY),
+        json_text(M.c.metadata, CLAIM_KEY) == claim_id,
+    ]
+
+
+def _settle(rows_: ColumnElement[bool]) -> Any:
+    """Remove the delivery intent of these rows while claim `b_claim` still holds it."""
+    return (
+        update(M)
+        .where(
+            rows_,
+            json_flag(M.c.metadata, INTENT_KEY),
+            json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
+        )
+        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+    )
+
+
+_SETTLE_CLAIM = _settle(M.c.id.in_(bindparam("b_ids", expanding=True)))
+
+
+_SETTLE_ONE = Prepared(_settle(M.c.id == bindparam("b_id", type_=M.c.id.type)))
+
+
+def _resume_when_unblocked(bump: Any) -> Any:
+    """The bump of `_with_bump` that is also `tasks.mark_running_when_unblocked`."""
+    return bump.where(*tasks.WAITING_AND_UNBLOCKED).values(
+        state=SessionState.RUNNING.value, updated_at=bindparam("b_now", type_=S.c.updated_at.type)
+    )
+
+
+_SETTLE_AND_RESUME = Prepared(_with_bump(_SETTLE_ONE.statement, also=_resume_when_unblocked))
+
+
+def _with_bump_counted(write: Any, *, also: Any) -> Any:
+    """`_with_bump`, returning one row per row `write` returned and one more when the bump happened:
+    what `run_alone` can report (the number of rows of the message's last statement)."""
+    done = write.cte("done")
+    bump = (
+        also(
+            update(S)
+            .where(S.c.id == B_SESSION, exists(select(done.c[0])))
+            .values(pending_seq=S.c.pending_seq + 1)
+        )
+        .returning(S.c.id)
+        .cte("bumped")
+    )
+    return select(done.c.id).union_all(select(bump.c.id))
+
+
+_SETTLE_AND_RESUME_COUNTED = Prepared(_with_bump_counted(_SETTLE_ONE.statement, also=_resume_when_unblocked))
+
+
+async def confirm_alone(
+    conn: AsyncConnection, session_id: str, message_id: str, claim_id: str
+) -> tuple[bool, bool] | None:
+    """PostgreSQL: the confirmation of a one-row claim as a transaction of its own, in one round trip
+    (`prepared.run_alone`): the session's lock, then `settle_claim_and_resume`. (settled, resumed);
+    None where it cannot be sent so (the caller then confirms in a unit of work)."""
+    params = {"b_id": message_id, "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
+    rows = await run_alone(conn, locks.lock_one(session_id), (_SETTLE_AND_RESUME_COUNTED, params))
+    if rows is None:
+        return None
+    return rows >= 1, rows >= 2
+
+
+async def settle_claim_and_resume(
+    conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str
+) -> tuple[list[BundleRow], bool]:
+    """`settle_claim`, then, when it settled anything, `tasks.mark_running_when_unblocked(...,
+    bump=True)`: one statement on PostgreSQL (settling removes only the delivery intent, which no
+    blocking condition reads, so both parts may share one snapshot). True when the session resumed."""
+    if len(message_ids) == 1 and conn.dialect.name == "postgresql":
+        params = {"b_id": message_ids[0], "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
+        found = await _SETTLE_AND_RESUME.rows(conn, params)
+        return [bundle_row(r) for r in found], bool(found) and found[0].bumped == 1
+    settled = await settle_claim(conn, message_ids, claim_id)
+    if not settled:
+        return [], False
+    return settled, await tasks.mark_running_when_unblocked(conn, session_id, bump=True)
+
+
+async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_id: str) -> list[BundleRow]:
+    """Finalize (delivery confirmed) or retire (delivery impossible) exactly this claim's rows: remove
+    the intent while it is still set by this claim. `updated_at` keeps the response time."""
+    if len(message_ids) == 1:
+        settled = await _SETTLE_ONE.rows(conn, {"b_id": message_ids[0], "b_claim": claim_id})
+        return [bundle_row(r) for r in settled]
+    result = await conn.execute(_SETTLE_CLAIM, {"b_ids": list(message_ids), "b_claim": claim_id})
+    return [bundle_row(r) for r in result]
+
+
+RESTORE_REMOVES = (INTENT_KEY, CLAIM_KEY, "response")
+
+
+async def restore_claim(
+    conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str, *, detach_rows: bool
+) -> list[str]:
+    """Put exactly this claim's rows back to pending, only while their turn is current and the session
+    live. Serializes with `settle_claim` under the session lock: whichever runs first wins."""
+    values: dict[str, Any] = {"status": ClarificationStatus.PENDING.value}
+    if detach_rows:
+        values["agent_disconnected"] = True
+    result = await conn.execute(
+        update(M)
+        .where(
+            *_claimed_by(message_ids, claim_id),
+            M.c.session_id == B_SESSION,
+            IN_CURRENT_TURN,
+            SESSION_LIVE,
+        )
+        .values(metadata=json_update(M.c.metadata, values, remove=RESTORE_REMOVES), updated_at=utcnow())
+        .returning(M.c.id),
+        bound(session_id),
+    )
+    return [r.id for r in result]

@@ -1,0 +1,142 @@
+"""The pending-action lifecycle's shared part: its collaborators, and bundle reads with liveness.
+
+A bundle is every row of one pending id (a clarification's questions, or one permission request),
+read in one snapshot; its state comes from `domain.lifecycle.derive_state`. The lifecycle is split
+by what it does: `services/clarifications.py` asks and waits (the live waiter), detaches and
+confirms; `services/responding.py` claims a response and delivers, resumes or restores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.domain.errors import present
+from backend.domain.lifecycle import (
+    Bundle,
+    BundleRow,
+    Claim,
+    bundle_turn,
+)
+from backend.repository import clarifications as repo
+from backend.repository import instances
+from backend.services.bounded import bounded
+from backend.services.context import Deps
+from backend.services.events_out import publish_session_change
+from backend.services.restorer import Restorer
+from backend.services.resume import NotWiredResumer, Resumer
+from backend.services.waiters import WaiterHub
+
+log = logging.getLogger("turnwise.clarification")
+T = TypeVar("T")
+
+# Raises (NotFound, Forbidden) unless the caller may act on the bundle or task: called with the task
+# id and, where one is concerned, the session id. Every entry point requires one; there is no default.
+Authorize = Callable[[str, str | None], None]
+
+
+def trusted(_task_id: str, _session_id: str | None) -> None:
+    """The authorizer of in-process callers acting for the system itself (never the API's)."""
+
+
+@dataclass
+class PendingActionsBase:
+    """What every part of the pending-action lifecycle shares: its collaborators and the bundle reads."""
+
+    deps: Deps
+    hub: WaiterHub
+    resumer: Resumer = field(default_factory=NotWiredResumer)
+    # Called after a restore so retryability is reported only once task summaries converged.
+    refresh_summaries: Callable[[list[str]], Awaitable[Any]] | None = None
+    # The primary-answer watchdog's synchronous notifier: called inside the finalized confirmation
+    # boundary, before the answer is returned to the agent, so the agent cannot act before it is armed.
+    primary_answer_notifier: Callable[[Claim], None] | None = None
+    _background: set[asyncio.Task[Any]] = field(default_factory=set)
+    # pending id -> session, for bundles this process asked or answered: a bundle never changes
+    # session, so a respond to one of them locks its session without first looking it up.
+    _session_of: dict[str, str] = field(default_factory=dict)
+    session_memory: int = 10_000
+    restorer: Restorer = field(init=False)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _remember_session(self, pending_id: str, session_id: str) -> None:
+        memory = self._session_of
+        if pending_id not in memory:
+            if len(memory) >= self.session_memory:
+                del memory[next(iter(memory))]  # the oldest first
+            memory[pending_id] = session_id
+
+    async def _bounded(self, work: Awaitable[T], seconds: float | None = None) -> T:
+        """Run `work` in its own task with a deadline; a cancelled caller does not cancel it."""
+        limit = self.deps.settings.persistence_seconds if seconds is None else seconds
+        return await bounded(self._background, work, limit)
+
+    async def _publish(
+        self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str], *, strict: bool = False
+    ) -> None:
+        for message_id in message_ids:
+            await publish_session_change(
+                self.deps.bus,
+                task_id=task_id,
+                session_id=session_id,
+                kind=kind,
+                message_id=message_id,
+                strict=strict,
+            )
+
+    async def _load(self, conn: AsyncConnection, pending_id: str) -> Bundle | None:
+        facts = (await repo.bundle_facts(conn, [pending_id])).get(pending_id)
+        if facts is None:
+            return None
+        return await self._bundle(conn, pending_id, *facts)
+
+    async def _bundle(
+        self,
+        conn: AsyncConnection,
+        pending_id: str,
+        rows: list[BundleRow],
+        task_id: str,
+        session_state: str,
+        current_turn: str | None,
+    ) -> Bundle:
+        bundle = Bundle(
+            pending_id=pending_id,
+            task_id=task_id,
+            session_id=rows[0].session_id,
+            turn_id=bundle_turn(rows),
+            session_state=session_state,
+            current_turn_id=current_turn,
+            rows=tuple(rows),
+        )
+        instance = bundle.waiter_instance
+        heartbeat = None
+        if self.hub.needs_heartbeat(instance):
+            known = present(instance, "waiter instance")
+            heartbeat = (await instances.heartbeats(conn, [known])).get(known)
+        alive = self.hub.alive(instance, bundle.waiter_id, heartbeat)
+        return replace(bundle, waiter_alive=alive) if alive else bundle
+
+    async def bundle(self, pending_id: str, *, authorize: Authorize) -> Bundle | None:
+        async with self.deps.db.read() as conn:
+            bundle = await self._load(conn, pending_id)
+        if bundle is not None:
+            authorize(bundle.task_id, bundle.session_id)
+        return bundle
+
+    async def active_bundles(self, session_ids: Sequence[str]) -> dict[str, Bundle]:
+        """session_id -> its newest active bundle; two statements for the whole batch."""
+        async with self.deps.db.read() as conn:
+            by_session = await repo.active_pending_ids_for_sessions(conn, session_ids)
+            wanted = [ids[0] for ids in by_session.values()]
+            facts = await repo.bundle_facts(conn, wanted)
+            out: dict[str, Bundle] = {}
+            for session_id, ids in by_session.items():
+                if ids[0] in facts:
+                    out[session_id] = await self._bundle(conn, ids[0], *facts[ids[0]])
+        return out
