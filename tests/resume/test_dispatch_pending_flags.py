@@ -23,8 +23,9 @@ from backend.domain.clarification import flag
 from backend.domain.lifecycle import BundleState
 from backend.repository import locks, pending, reservations, turns
 from backend.services.bundles import trusted
+from backend.services.container import Services
 from frontend_py.kit import derivation
-from tests.lifecycle.support import new_session, recording, rows
+from tests.lifecycle.support import Agent, new_session, recording, rows
 from tests.resume.support import detached_question, eventually, resuming, turn_rows
 from tests.resume.test_recovery import strand
 
@@ -58,19 +59,29 @@ async def turn_flagged(db: Database, session_id: str, value: Any) -> str:
     return turn.id
 
 
+async def question_then_flagged_turn(svc: Services, db: Database, value: Any) -> tuple[str, Agent, str]:
+    """A session with a detached question, then ``turn_flagged``: the session, the asking agent, the turn."""
+    _, session_id = await new_session(svc)
+    agent = await detached_question(svc, session_id)
+    return session_id, agent, await turn_flagged(db, session_id, value)
+
+
+async def assert_read_as(db: Database, turn_id: str, value: Any, expected: bool) -> None:
+    """The flag keeps the form it was written in; SQL, the domain and the kit read it as ``expected``."""
+    stored, sql_set = await stored_flag(db, turn_id)
+    assert (stored, type(stored)) == (value, type(value))
+    assert sql_set is expected
+    assert flag(value) is expected
+    assert derivation.is_truthy(value) is expected
+
+
 @pytest.mark.parametrize("value", SET, ids=form_id)
 async def test_every_set_form_makes_an_empty_turn_a_hidden_reservation_that_owns_nothing(
     db: Database, value: Any
 ) -> None:
     async with resuming(db) as (svc, _):
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        reserved = await turn_flagged(db, session_id, value)
-        stored, sql_set = await stored_flag(db, reserved)
-        assert (stored, type(stored)) == (value, type(value))
-        assert sql_set is True
-        assert flag(value) is True
-        assert derivation.is_truthy(value) is True
+        session_id, agent, reserved = await question_then_flagged_turn(svc, db, value)
+        await assert_read_as(db, reserved, value, True)
         async with db.read() as conn:
             # Not turn authority: the question's turn stays current and the question active.
             assert await turns.current_turn(conn, session_id) == agent.turn_id
@@ -100,9 +111,7 @@ async def test_startup_deletes_an_empty_unattempted_reservation_in_any_flag_form
         pending_id, reserved, claimed = await strand(
             svc, db, session_id, metadata={reservations.PENDING: value}
         )
-    stored, sql_set = await stored_flag(db, reserved)
-    assert (stored, type(stored)) == (value, type(value))
-    assert sql_set is True
+    await assert_read_as(db, reserved, value, True)
     async with resuming(db) as (restarted, _):
         async with recording(restarted) as log:
             await restarted.recovery.run()
@@ -121,14 +130,8 @@ async def test_any_other_value_leaves_an_ordinary_turn_that_supersedes_the_older
     db: Database, value: Any
 ) -> None:
     async with resuming(db) as (svc, _):
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        newer = await turn_flagged(db, session_id, value)
-        stored, sql_set = await stored_flag(db, newer)
-        assert (stored, type(stored)) == (value, type(value))
-        assert sql_set is False
-        assert flag(value) is False
-        assert derivation.is_truthy(value) is False
+        session_id, agent, newer = await question_then_flagged_turn(svc, db, value)
+        await assert_read_as(db, newer, value, False)
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == newer
             assert [t.id for t in await turns.visible_turns(conn, session_id)] == [agent.turn_id, newer]

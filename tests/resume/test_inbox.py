@@ -31,6 +31,18 @@ async def inbox_rows(db: Database, session_id: str) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in result]
 
 
+async def channel_holder(svc: Services, session_id: str) -> str:
+    """The runner holding the session's prompt channel, once its lease is written (hold() entered)."""
+    holder = None
+    for _ in range(250):
+        async with svc.deps.db.read() as conn:
+            holder = await runners.live_holder(conn, session_id)
+        if holder is not None:
+            return holder
+        await asyncio.sleep(0.02)
+    raise AssertionError("the runner never held the channel")
+
+
 async def first_prompts(svc: Services, session_id: str) -> list[PromptRequest]:
     """What a runner that connects now receives before anything else: it holds the channel until a
     probe dispatched after it connected arrives (queued items always come before live ones)."""
@@ -45,25 +57,34 @@ async def first_prompts(svc: Services, session_id: str) -> list[PromptRequest]:
                     return
 
     holding = asyncio.create_task(hold())
-    holder = None
-    for _ in range(250):
-        async with svc.deps.db.read() as conn:
-            holder = await runners.live_holder(conn, session_id)
-        if holder is not None:
-            break
-        await asyncio.sleep(0.02)
-    assert holder is not None, "the runner never held the channel"
+    holder = await channel_holder(svc, session_id)
     await svc.deps.bus.publish(prompts_channel(session_id), {"runner_id": holder, "request": asdict(probe)})
     await asyncio.wait_for(holding, 10)
     assert got[-1] == probe
     return got[:-1]
 
 
+async def channel_session(svc: Services, qs: list[dict[str, Any]] | None = None) -> tuple[str, Agent]:
+    """A session whose agent uses the prompt channel, which nobody holds, and its detached question."""
+    svc.orchestrator.executor = svc.prompts
+    _, session_id = await new_session(svc)
+    return session_id, await detached_question(svc, session_id, qs)
+
+
+async def answer(svc: Services, agent: Agent) -> lc.RespondOutcome:
+    return await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+
+
+async def queued_answer(svc: Services, agent: Agent) -> None:
+    """Answer the question; with no runner to resume, the answer is queued."""
+    result = await answer(svc, agent)
+    assert isinstance(result, lc.Responded)
+    assert result.queued
+
+
 async def test_an_answer_without_a_runner_is_queued_durably_and_the_request_succeeds(db: Database) -> None:
     async with resuming(db) as (svc, _):
-        svc.orchestrator.executor = svc.prompts  # the prompt channel, nobody holding it
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id, questions(2))
+        session_id, agent = await channel_session(svc, questions(2))
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
             result = await svc.clarifications.respond(
@@ -95,14 +116,8 @@ async def test_an_answer_without_a_runner_is_queued_durably_and_the_request_succ
 
 async def test_the_next_runner_gets_the_queued_prompt_first_and_exactly_once(db: Database) -> None:
     async with resuming(db) as (svc, _):
-        svc.orchestrator.executor = svc.prompts
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        result = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
-        assert isinstance(result, lc.Responded)
-        assert result.queued
+        session_id, agent = await channel_session(svc)
+        await queued_answer(svc, agent)
         (item,) = await inbox_rows(db, session_id)
         first = await first_prompts(svc, session_id)
         assert [(p.turn_id, p.generation, p.pending_id) for p in first] == [
@@ -120,9 +135,7 @@ async def test_the_next_runner_gets_the_queued_prompt_first_and_exactly_once(db:
 
 async def test_a_held_channel_is_dispatched_to_as_before_and_nothing_is_queued(db: Database) -> None:
     async with resuming(db) as (svc, _):
-        svc.orchestrator.executor = svc.prompts
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        session_id, agent = await channel_session(svc)
         received: list[PromptRequest] = []
 
         async def runner() -> None:
@@ -132,14 +145,8 @@ async def test_a_held_channel_is_dispatched_to_as_before_and_nothing_is_queued(d
                     await svc.prompts.acknowledge(request.turn_id, True)
 
         task = asyncio.create_task(runner())
-        for _ in range(150):  # the runner's lease is written once hold() has entered
-            async with db.read() as conn:
-                if await runners.live_holder(conn, session_id) is not None:
-                    break
-            await asyncio.sleep(0.02)
-        result = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        await channel_holder(svc, session_id)
+        result = await answer(svc, agent)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -152,14 +159,8 @@ async def test_a_held_channel_is_dispatched_to_as_before_and_nothing_is_queued(d
 
 async def test_a_newer_turn_supersedes_a_queued_answer_which_is_never_delivered(db: Database) -> None:
     async with resuming(db) as (svc, _):
-        svc.orchestrator.executor = svc.prompts
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        result = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
-        assert isinstance(result, lc.Responded)
-        assert result.queued
+        session_id, agent = await channel_session(svc)
+        await queued_answer(svc, agent)
         await svc.operations.start_turn(session_id)
         assert await first_prompts(svc, session_id) == []
         assert await svc.inbox.take(session_id, via="mcp", pending_id=agent.pending_id) == []
@@ -172,10 +173,8 @@ async def test_a_newer_turn_supersedes_a_queued_answer_which_is_never_delivered(
 
 async def test_startup_recovery_closes_items_superseded_while_no_process_ran(db: Database) -> None:
     async with resuming(db) as (svc, _):
-        svc.orchestrator.executor = svc.prompts
-        _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        session_id, agent = await channel_session(svc)
+        await answer(svc, agent)
         await svc.operations.start_turn(session_id)
         await agent.close()
     async with resuming(db) as (restarted, _):
@@ -195,9 +194,7 @@ async def test_an_executor_that_explicitly_refuses_keeps_the_answer_retryable(db
         executor.outcomes = ["rejected"]
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        result = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        result = await answer(svc, agent)
         assert isinstance(result, lc.DeliveryFailed)
         assert result.retryable is True
         assert await inbox_rows(db, session_id) == []
@@ -215,9 +212,7 @@ async def test_the_watchdog_leaves_the_turn_of_an_agent_without_a_channel_alone(
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
         agent.wait()
-        result = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        result = await answer(svc, agent)
         assert isinstance(result, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Answered)
         (watch,) = watches

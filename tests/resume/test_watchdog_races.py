@@ -48,6 +48,15 @@ async def answered_live(svc: Services, session_id: str) -> Agent:
     return agent
 
 
+async def watched_live_answer(svc: Services, monkeypatch: pytest.MonkeyPatch) -> tuple[Watch, str, Agent]:
+    """A new session whose question was answered live; the watch the answer armed, the session, the agent."""
+    watches = capture_watches(svc, monkeypatch)
+    _, session_id = await new_session(svc)
+    agent = await answered_live(svc, session_id)
+    (watch,) = watches
+    return watch, session_id, agent
+
+
 async def finished(watch: Watch) -> str:
     await asyncio.wait_for(watch.done.wait(), 10)
     return watch.outcome
@@ -114,10 +123,7 @@ async def test_shutdown_during_the_fallback_cancels_its_in_flight_prompt_and_not
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate, **QUICK) as (svc, _):
-        watches = capture_watches(svc, monkeypatch)
-        _, session_id = await new_session(svc)
-        agent = await answered_live(svc, session_id)
-        (watch,) = watches
+        watch, session_id, agent = await watched_live_answer(svc, monkeypatch)
         await asyncio.wait_for(gate.started.wait(), 5)
         assert watch.phase == "fallback"
         await svc.watchdogs.stop()
