@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -10,6 +11,16 @@ import pytest
 from playwright.async_api import expect
 
 from tests.e2e.conftest import RESULTS
+from tests.e2e.support import (
+    Relay,
+    by_dialect,
+    card,
+    no_outside_requests,
+    question_icon,
+    reload_app,
+    serve,
+    wrap_up,
+)
 from tests.e2e.webapp import (
     DESKTOP,
     Api,
@@ -22,22 +33,12 @@ from tests.e2e.webapp import (
     question,
     runner,
 )
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.servers import ADMIN_TOKEN, Server
 
 pytestmark = pytest.mark.browser
 expect.set_options(timeout=10_000)
 
 FLAVOURS = [pytest.param(False, id="desktop"), pytest.param(True, id="phone")]
-
-
-def _start(dialect: str) -> Iterator[Server]:
-    url = fresh_database(dialect)
-    server = Server(url, env={"TURNWISE_DISPATCH_SECONDS": "5"}).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        drop_database(url)
 
 
 # Web app scenarios that run on PostgreSQL as well as SQLite (S07, S11, S12, S13); the rest run once.
@@ -62,42 +63,30 @@ def web_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     if getattr(request, "param", "sqlite") == "postgresql":
         yield request.getfixturevalue("pg_web_server")
         return
-    yield from _start("sqlite")
+    yield from serve("sqlite")
 
 
 @pytest.fixture(scope="session")
 def pg_web_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    request.getfixturevalue("pg_url")  # skips unless PostgreSQL is reachable
-    yield from _start("postgresql")
+    yield from serve("postgresql", request)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def any_server(request: pytest.FixtureRequest) -> Server:
     """The core scenarios run on both dialects."""
-    name = "web_server" if request.param == "sqlite" else "pg_web_server"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return by_dialect(request, "web_server", "pg_web_server")
 
 
 @pytest.fixture
 async def api(web_server: Server) -> AsyncIterator[Api]:
-    client = Api(web_server)
-    yield client
-    await client.aclose()
+    async with contextlib.aclosing(Api(web_server)) as client:
+        yield client
 
 
 @pytest.fixture
 async def any_api(any_server: Server) -> AsyncIterator[Api]:
-    client = Api(any_server)
-    yield client
-    await client.aclose()
-
-
-def _card(page: Any) -> Any:
-    return page.get_by_test_id("clarification-card")
-
-
-async def _no_outside_requests(network: Network) -> None:
-    assert network.outside == [], "the page tried to load something from outside the local server"
+    async with contextlib.aclosing(Api(any_server)) as client:
+        yield client
 
 
 # --- the question icon, activation and the pending owner ---------------------------------------
@@ -113,13 +102,9 @@ async def test_the_question_icon_shows_on_a_fresh_load(
     network = await open_app(page, any_server, phone=phone)
     if phone:
         await page.get_by_test_id("task-drawer-toggle").click()
-    row = page.get_by_test_id(f"task-row-{asking}")
-    await expect(row.get_by_test_id("task-question-icon")).to_be_visible()
-    await expect(page.get_by_test_id(f"task-row-{clean}").get_by_test_id("task-question-icon")).to_have_count(
-        0
-    )
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await expect(question_icon(page, asking)).to_be_visible()
+    await expect(question_icon(page, clean)).to_have_count(0)
+    await wrap_up(network, agent)
 
 
 @pytest.mark.parametrize("phone", FLAVOURS)
@@ -132,18 +117,16 @@ async def test_secondary_session_owning_the_question_opens_on_activation(
     network = await open_app(page, any_server, f"/t/{task_id}/s/{primary}", phone=phone)
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
     agent = await any_api.ask(secondary, context="The webhook fails under load.")
-    row = page.get_by_test_id(f"task-row-{task_id}")
     if not phone:
-        await expect(row.get_by_test_id("task-question-icon")).to_be_visible()
+        await expect(question_icon(page, task_id)).to_be_visible()
     await activate(page, task_id, phone=phone)
     await expect(page.get_by_test_id(f"session-tab-{secondary}")).to_have_attribute("aria-selected", "true")
     assert path_of(page) == f"/t/{task_id}/s/{secondary}"
-    await expect(_card(page)).to_be_visible()
-    await expect(_card(page)).to_contain_text("Which retry policy should the webhook use?")
+    await expect(card(page)).to_be_visible()
+    await expect(card(page)).to_contain_text("Which retry policy should the webhook use?")
     if phone:
         await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, agent)
 
 
 @pytest.mark.parametrize("phone", FLAVOURS)
@@ -162,17 +145,15 @@ async def test_stale_owner_choice_is_discarded_when_the_summary_changes_mid_load
     assert await api.respond(
         agent.pending_id, [{"questionId": "policy", "selectedOptionIds": ["policy_opt2"]}]
     ) == ("ClarificationResponded")
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_have_count(0)
+    await expect(question_icon(page, task_id)).to_have_count(0)
     held.release()
     await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}")
     await expect(page.locator('[role="tab"][aria-selected="true"]')).to_have_count(0)
-    await expect(_card(page)).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
     if phone:
         await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
     assert held.delivered == [True], "the delayed response reached the page and was discarded"
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 @pytest.mark.scenario("S12")
@@ -191,7 +172,7 @@ async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
     second = await api.ask(primary, [question("Second question?")])
     await activate(page, task_id, phone=False)
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
-    await expect(_card(page)).to_contain_text("Second question?")
+    await expect(card(page)).to_contain_text("Second question?")
     held.release()
     # Both activations ended, the older one included, and its held response was handed over.
     await activations_finished(page, 2)
@@ -200,9 +181,8 @@ async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
     assert path_of(page) == f"/t/{task_id}/s/{primary}"
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
     await expect(page.get_by_test_id(f"session-tab-{secondary}").locator(".tab-dot")).to_have_count(0)
-    await expect(_card(page)).to_contain_text("Second question?")
-    await second.disconnect()
-    await _no_outside_requests(network)
+    await expect(card(page)).to_contain_text("Second question?")
+    await wrap_up(network, second)
 
 
 @pytest.mark.scenario("S13")
@@ -227,9 +207,8 @@ async def test_a_load_from_an_unmounted_phone_sheet_cannot_navigate_after_a_layo
     assert path_of(page) == "/"
     await expect(page.locator('[role="tab"][aria-selected="true"]')).to_have_count(0)
     await expect(page.get_by_test_id("task-sidebar")).to_be_visible()
-    await expect(_card(page)).to_have_count(0)
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await expect(card(page)).to_have_count(0)
+    await wrap_up(network, agent)
 
 
 # --- answering ------------------------------------------------------------------------------------
@@ -260,11 +239,9 @@ async def test_answering_from_the_card_delivers_to_the_waiting_agent(
             "customText": "and the e2e suite",
         }
     ]
-    await expect(_card(page)).to_have_count(0)
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_have_count(0)
-    await _no_outside_requests(network)
+    await expect(card(page)).to_have_count(0)
+    await expect(question_icon(page, task_id)).to_have_count(0)
+    no_outside_requests(network)
 
 
 @pytest.mark.parametrize("phone", FLAVOURS)
@@ -275,9 +252,9 @@ async def test_skip_rejects_the_visible_bundle(page: Any, web_server: Server, ap
     await page.get_by_test_id("clarification-skip").click()
     outcome = await agent.outcome()
     assert outcome == {"__typename": "ClarificationRejected", "pendingId": agent.pending_id}
-    await expect(_card(page)).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
     assert (await api.bundle(agent.pending_id))["state"] == "TERMINAL"
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 async def test_escape_after_detach_closes_the_card_without_rejecting(
@@ -289,21 +266,19 @@ async def test_escape_after_detach_closes_the_card_without_rejecting(
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
     sent: list[str] = []
     page.on("request", lambda request: sent.append(request.post_data or ""))
-    await expect(_card(page)).to_be_visible()
+    await expect(card(page)).to_be_visible()
     await expect(page.get_by_test_id("clarification-detached")).to_be_visible()
     await page.keyboard.press("Escape")
-    await expect(_card(page)).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
     await expect(page.get_by_test_id("clarification-reopen")).to_be_visible()
     await expect(page.get_by_test_id("clarification-reopen")).to_be_focused()
     await page.reload()
     # The reloaded page found the question still active: Escape sent nothing that rejected it.
-    await expect(_card(page)).to_be_visible()
+    await expect(card(page)).to_be_visible()
     assert (await api.bundle(agent.pending_id))["state"] == "ACTIVE_DETACHED"
     assert not [body for body in sent if "respondToClarification" in body]
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_be_visible()
-    await _no_outside_requests(network)
+    await expect(question_icon(page, task_id)).to_be_visible()
+    no_outside_requests(network)
 
 
 async def test_a_timed_out_question_accepts_a_deferred_custom_answer(
@@ -317,7 +292,7 @@ async def test_a_timed_out_question_accepts_a_deferred_custom_answer(
         await expect(page.get_by_test_id("clarification-detached")).to_contain_text("resumed")
         await page.get_by_test_id("clarification-custom-text").fill("Use a circuit breaker instead")
         await page.get_by_test_id("clarification-submit").click()
-        await expect(_card(page)).to_have_count(0)
+        await expect(card(page)).to_have_count(0)
         await expect(page.get_by_test_id("clarification-error")).to_have_count(0)
         assert len(prompts) == 1
         assert "Use a circuit breaker instead" in prompts[0]["prompt"]
@@ -328,7 +303,7 @@ async def test_a_timed_out_question_accepts_a_deferred_custom_answer(
     assert bundle["state"] == "TERMINAL"
     assert bundle["questions"][0]["response"]["customText"] == "Use a circuit breaker instead"
     await expect(page.locator(".transcript")).to_contain_text("Use a circuit breaker instead")
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 async def test_an_answer_for_an_agent_that_is_gone_says_it_waits_for_the_agent(
@@ -340,7 +315,7 @@ async def test_an_answer_for_an_agent_that_is_gone_says_it_waits_for_the_agent(
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
     await page.get_by_test_id("clarification-custom-text").fill("Ship it on Friday")
     await page.get_by_test_id("clarification-submit").click()
-    await expect(_card(page)).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
     await expect(page.get_by_test_id("clarification-queued")).to_contain_text("waiting for the agent")
     await expect(page.locator(".transcript")).to_contain_text("answered · waiting for the agent")
     bundle = await api.bundle(agent.pending_id)
@@ -357,23 +332,16 @@ async def test_an_answer_for_an_agent_that_is_gone_says_it_waits_for_the_agent(
         await expect(page.locator(".transcript")).not_to_contain_text("waiting for the agent")
     assert len(prompts) == 1
     assert "Ship it on Friday" in prompts[0]["prompt"]
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 async def test_losing_a_race_shows_the_winners_answer(page: Any, web_server: Server, api: Api) -> None:
     task_id, (session_id,) = await api.task("Race")
     agent = await api.ask(session_id)
-    frozen = asyncio.Event()
-
-    async def hold_server_messages(ws: Any) -> None:
-        # Forward both ways, except that a frozen page stops hearing the server: its card goes stale.
-        server = ws.connect_to_server()
-        server.on_message(lambda message: None if frozen.is_set() else ws.send(message))
-
-    await page.route_web_socket("**/graphql", hold_server_messages)
+    relay = await Relay().install(page)
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
-    await expect(_card(page)).to_be_visible()
-    frozen.set()
+    await expect(card(page)).to_be_visible()
+    relay.cut.set()  # the page stops hearing the server: its card goes stale
     winner = [{"questionId": "policy", "selectedOptionIds": ["policy_opt2"], "customText": "every 30s"}]
     assert await api.respond(agent.pending_id, winner) == "ClarificationResponded"
     await page.get_by_test_id("clarification-option-policy_opt1").click()
@@ -382,10 +350,10 @@ async def test_losing_a_race_shows_the_winners_answer(page: Any, web_server: Ser
     await expect(conflict).to_be_visible()
     await expect(conflict).to_contain_text("Fixed delay")
     await expect(conflict).to_contain_text("every 30s")
-    await expect(_card(page)).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
     outcome = await agent.outcome()
     assert outcome["answers"][0]["selectedOptionIds"] == ["policy_opt2"], "the stale answer changed nothing"
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 # --- superseded history, live updates, reconnects ----------------------------------------------------
@@ -401,28 +369,22 @@ async def test_an_older_detached_question_stays_superseded_after_a_newer_bundle_
     newer_turn = await api.start_turn(session_id)
     newer = await api.ask(session_id, [question("Newer question?")])
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
-    await expect(_card(page)).to_contain_text("Newer question?")
+    await expect(card(page)).to_contain_text("Newer question?")
     await page.get_by_test_id("clarification-skip").click()
     assert (await newer.outcome())["__typename"] == "ClarificationRejected"
-    await expect(_card(page)).to_have_count(0)
-    await page.reload()
-    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await expect(card(page)).to_have_count(0)
+    await reload_app(page)
     await expect(page.locator(".transcript")).to_contain_text("Old question?")
-    await expect(_card(page)).to_have_count(0)
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
+    await expect(question_icon(page, task_id)).to_have_count(0)
     # Later turn completion cannot re-arm the old bundle.
     await api.complete_turn(newer_turn)
-    await page.reload()
-    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await reload_app(page)
     await expect(page.locator(".transcript")).to_contain_text("Newer question?")
-    await expect(_card(page)).to_have_count(0)
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_have_count(0)
+    await expect(card(page)).to_have_count(0)
+    await expect(question_icon(page, task_id)).to_have_count(0)
     assert (await api.bundle(old.pending_id))["state"] == "SUPERSEDED_HISTORY"
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 @pytest.mark.scenario("S05")
@@ -433,50 +395,27 @@ async def test_a_new_question_shows_live_in_the_open_session_and_on_the_task_row
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
     await expect(page.locator(".transcript")).to_contain_text("Working on step 1.")
     agent = await api.ask(session_id, [question("Asked while you watch?")])
-    await expect(_card(page)).to_contain_text("Asked while you watch?")
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_be_visible()
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await expect(card(page)).to_contain_text("Asked while you watch?")
+    await expect(question_icon(page, task_id)).to_be_visible()
+    await wrap_up(network, agent)
 
 
 async def test_after_a_reconnect_the_app_resyncs_from_snapshots(
     page: Any, web_server: Server, api: Api
 ) -> None:
     task_id, (session_id,) = await api.task("Reconnect")
-    connections: list[Any] = []
-    cut = asyncio.Event()
-
-    held_back = asyncio.Event()
-
-    def forward(ws: Any, message: Any) -> None:
-        if not cut.is_set():
-            ws.send(message)
-        elif '"next"' in str(message):
-            held_back.set()  # the server published a change the page does not hear
-
-    async def relay(ws: Any) -> None:
-        server = ws.connect_to_server()
-        connections.append(ws)
-        server.on_message(lambda message: forward(ws, message))
-
-    await page.route_web_socket("**/graphql", relay)
+    relay = await Relay().install(page)
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
     await expect(page.locator(".transcript")).to_contain_text("Working on step 1.")
-    cut.set()  # the page hears nothing of what happens next
+    relay.cut.set()  # the page hears nothing of what happens next
     agent = await api.ask(session_id, [question("Asked while you were away?")])
-    await asyncio.wait_for(held_back.wait(), 10)
-    await expect(_card(page)).to_have_count(0)
-    cut.clear()
-    await connections[0].close()
-    await expect(_card(page)).to_contain_text("Asked while you were away?", timeout=15_000)
-    await expect(
-        page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
-    ).to_be_visible()
-    assert len(connections) >= 2, "the app reconnected"
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await asyncio.wait_for(relay.withheld.wait(), 10)  # the server published a change the page did not hear
+    await expect(card(page)).to_have_count(0)
+    await relay.reconnect()
+    await expect(card(page)).to_contain_text("Asked while you were away?", timeout=15_000)
+    await expect(question_icon(page, task_id)).to_be_visible()
+    assert len(relay.connections) >= 2, "the app reconnected"
+    await wrap_up(network, agent)
 
 
 # --- sign-in -----------------------------------------------------------------------------------------
@@ -488,7 +427,7 @@ async def test_a_token_in_the_address_signs_in_and_leaves_the_address_bar(
     network = await open_app(page, web_server)
     assert "token" not in page.url
     assert await page.evaluate("localStorage.getItem('turnwise.token')") == ADMIN_TOKEN
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 async def test_without_a_stored_token_the_sign_in_form_signs_in(
@@ -510,7 +449,7 @@ async def test_without_a_stored_token_the_sign_in_form_signs_in(
     await page.get_by_test_id("signin-token").fill(ADMIN_TOKEN)
     await page.get_by_test_id("signin-submit").click()
     await expect(page.get_by_test_id(f"task-row-{task_id}")).to_be_visible()
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 async def test_every_app_route_serves_the_app(page: Any, web_server: Server, api: Api) -> None:
@@ -523,7 +462,7 @@ async def test_every_app_route_serves_the_app(page: Any, web_server: Server, api
     await page.go_back()
     await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}")
     await expect(page.get_by_test_id(f"session-tab-{session_id}")).to_have_attribute("aria-selected", "false")
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 # --- layout --------------------------------------------------------------------------------------------
@@ -542,7 +481,7 @@ async def test_the_card_keeps_submit_and_skip_in_view_at_desktop_and_phone_sizes
     ]
     agent = await api.ask(secondary, questions, context="The webhook times out under load.")
     network = await open_app(page, web_server, f"/t/{task_id}/s/{secondary}", phone=phone)
-    await expect(_card(page)).to_be_visible()
+    await expect(card(page)).to_be_visible()
     for test_id in ("clarification-submit", "clarification-skip"):
         await expect(page.get_by_test_id(test_id)).to_be_in_viewport()
     if phone:
@@ -553,8 +492,7 @@ async def test_the_card_keeps_submit_and_skip_in_view_at_desktop_and_phone_sizes
         await expect(page.get_by_test_id("task-drawer-toggle")).to_be_hidden()
     RESULTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(RESULTS / f"web-app-{'phone' if phone else 'desktop'}.png"))
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, agent)
 
 
 async def _bundle_state_becomes(api: Api, pending_id: str, wanted: str, seconds: float = 15.0) -> str:

@@ -20,8 +20,17 @@ from sqlalchemy import select
 from backend.db.engine import Database
 from backend.db.tables import task_session_turns as T
 from backend.repository import reservations, turns
-from tests.e2e.webapp import ACK, PROMPTS, Api, Network, open_app, question, runner
-from tests.servers import Server, drop_database, fresh_database
+from tests.e2e.support import (
+    Relay,
+    by_dialect,
+    card,
+    no_outside_requests,
+    question_icon,
+    reload_app,
+    serve,
+)
+from tests.e2e.webapp import ACK, PROMPTS, Api, open_app, question, runner
+from tests.servers import Server
 
 pytestmark = pytest.mark.browser
 expect.set_options(timeout=10_000)
@@ -35,47 +44,29 @@ BUNDLE = """query($p: ID!) { clarification(pendingId: $p) { state
 PICK = [{"questionId": "policy", "selectedOptionIds": ["policy_opt1"]}]
 
 
-def _start(dialect: str) -> Iterator[Server]:
-    url = fresh_database(dialect)
-    # A resume dispatch waits this long for the runner's acknowledgement: the tests decide when.
-    server = Server(url, env={"TURNWISE_DISPATCH_SECONDS": "60"}).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        drop_database(url)
+# A resume dispatch waits this long for the runner's acknowledgement: the tests decide when.
+DISPATCH_SECONDS = 60
 
 
 @pytest.fixture(scope="module")
 def lifecycle_server() -> Iterator[Server]:
-    yield from _start("sqlite")
+    yield from serve("sqlite", dispatch_seconds=DISPATCH_SECONDS)
 
 
 @pytest.fixture(scope="module")
 def pg_lifecycle_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    request.getfixturevalue("pg_url")  # skips unless PostgreSQL is reachable
-    yield from _start("postgresql")
+    yield from serve("postgresql", request, dispatch_seconds=DISPATCH_SECONDS)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def any_lifecycle_server(request: pytest.FixtureRequest) -> Server:
-    name = "lifecycle_server" if request.param == "sqlite" else "pg_lifecycle_server"
-    return request.getfixturevalue(name)  # type: ignore[no-any-return]
+    return by_dialect(request, "lifecycle_server", "pg_lifecycle_server")
 
 
 @pytest.fixture
 async def api(lifecycle_server: Server) -> AsyncIterator[Api]:
-    client = Api(lifecycle_server)
-    yield client
-    await client.aclose()
-
-
-def _card(page: Any) -> Any:
-    return page.get_by_test_id("clarification-card")
-
-
-def _icon(page: Any, task_id: str) -> Any:
-    return page.get_by_test_id(f"task-row-{task_id}").get_by_test_id("task-question-icon")
+    async with contextlib.aclosing(Api(lifecycle_server)) as client:
+        yield client
 
 
 def _dot(page: Any, session_id: str) -> Any:
@@ -84,10 +75,6 @@ def _dot(page: Any, session_id: str) -> Any:
 
 def _question_entry(page: Any, prompt: str) -> Any:
     return page.locator(".transcript li.msg.question", has_text=prompt)
-
-
-async def _no_outside_requests(network: Network) -> None:
-    assert network.outside == [], "the page tried to load something from outside the local server"
 
 
 class HeldRunner:
@@ -189,26 +176,25 @@ async def test_a_question_on_the_visible_predecessor_of_an_attempted_hidden_succ
             # The chat shows it as history, not as a question to answer: no card, no reopen pill.
             await expect(entry).to_contain_text("no longer current")
             await expect(page.locator(".transcript li.msg.question.live")).to_have_count(0)
-            await expect(_card(page)).to_have_count(0)
+            await expect(card(page)).to_have_count(0)
             await expect(page.get_by_test_id("clarification-reopen")).to_have_count(0)
             # Nor does any pending-input indicator: the session tab's dot, the task's icon.
             await expect(page.get_by_test_id(f"session-tab-{session_id}")).to_be_visible()
             await expect(_dot(page, session_id)).to_have_count(0)
-            await expect(_icon(page, task_id)).to_have_count(0)
+            await expect(question_icon(page, task_id)).to_have_count(0)
             assert not responding.done()
             held.released.set()
             assert await asyncio.wait_for(responding, 20) == "ClarificationResponded"
         # Published: the successor joins the history, and the old question stays inert.
         visible = [t["id"] for t in (await api.client.execute(TURNS, {"s": session_id}))["sessionTurns"]]
         assert visible[-2:] == [predecessor, successor]
-        await page.reload()
-        await page.wait_for_selector("html[data-ready=true]", state="attached")
+        await reload_app(page)
         await expect(page.locator(f'.transcript [data-turn-id="{successor}"]')).to_have_count(1)
         await expect(entry).to_contain_text("no longer current")
-        await expect(_card(page)).to_have_count(0)
+        await expect(card(page)).to_have_count(0)
         await expect(_dot(page, session_id)).to_have_count(0)
-        await expect(_icon(page, task_id)).to_have_count(0)
-        await _no_outside_requests(network)
+        await expect(question_icon(page, task_id)).to_have_count(0)
+        no_outside_requests(network)
     finally:
         await api.aclose()
 
@@ -262,7 +248,7 @@ async def test_a_new_questions_own_session_event_makes_it_answerable_without_the
     reloads: list[str] = []
     page.on("request", lambda request: reloads.append(request.post_data or ""))
     agent = await api.ask(session_id, [question("Answerable from its own event?")])
-    await expect(_card(page)).to_contain_text("Answerable from its own event?")
+    await expect(card(page)).to_contain_text("Answerable from its own event?")
     await expect(_dot(page, session_id)).to_have_count(1)
     # The projection stream did carry the change, and the page never heard it; nor did it reload
     # the session list: the question's ADDED event alone advanced the projection.
@@ -278,8 +264,8 @@ async def test_a_new_questions_own_session_event_makes_it_answerable_without_the
     outcome = await agent.outcome()
     assert outcome["__typename"] == "ClarificationAnswered"
     assert outcome["answers"][0]["selectedOptionIds"] == ["policy_opt2"]
-    await expect(_card(page)).to_have_count(0)
-    await _no_outside_requests(network)
+    await expect(card(page)).to_have_count(0)
+    no_outside_requests(network)
 
 
 # --- S15 in the browser: a superseded card -----------------------------------------------------------
@@ -291,16 +277,9 @@ async def test_an_answer_from_a_card_a_newer_turn_superseded_closes_it_and_promp
 ) -> None:
     task_id, (session_id,) = await api.task("Superseded card")
     agent = await api.ask(session_id, [question("Still the current question?")])
-    frozen = asyncio.Event()
-
-    async def hold_server_messages(ws: Any) -> None:
-        # A frozen page stops hearing the server: its card goes stale.
-        server = ws.connect_to_server()
-        server.on_message(lambda message: None if frozen.is_set() else ws.send(message))
-
-    await page.route_web_socket("**/graphql", hold_server_messages)
+    relay = await Relay().install(page)  # cut, the page stops hearing the server: its card goes stale
     network = await open_app(page, lifecycle_server, f"/t/{task_id}/s/{session_id}")
-    await expect(_card(page)).to_contain_text("Still the current question?")
+    await expect(card(page)).to_contain_text("Still the current question?")
     # Nor does it reload the session afterwards: only the conflict handling can close the card.
     refused: list[str] = []
 
@@ -313,7 +292,7 @@ async def test_an_answer_from_a_card_a_newer_turn_superseded_closes_it_and_promp
             await route.fallback()
 
     async with runner(api, session_id) as prompts:
-        frozen.set()
+        relay.cut.set()
         await page.route("**/graphql", refuse_reloads)
         # The agent ends its turn and starts a newer one: the question on the card is history now.
         newer = await api.start_turn(session_id)
@@ -325,7 +304,7 @@ async def test_an_answer_from_a_card_a_newer_turn_superseded_closes_it_and_promp
         # The conflict closes the obsolete card and says why.
         conflict = page.get_by_test_id("clarification-conflict")
         await expect(conflict).to_contain_text("no longer current")
-        await expect(_card(page)).to_have_count(0)
+        await expect(card(page)).to_have_count(0)
         await expect(page.get_by_test_id("clarification-error")).to_have_count(0)
         await asyncio.sleep(1.0)
         # No write, no resume: the question is untouched history and the runner got no prompt.
@@ -336,14 +315,13 @@ async def test_an_answer_from_a_card_a_newer_turn_superseded_closes_it_and_promp
         assert (await api.client.execute(TURNS, {"s": session_id}))["sessionTurns"] == turns_before
         assert turns_before[-1]["id"] == newer
         assert refused, "the page tried to reload the session after the conflict"
-    frozen.clear()
+    relay.cut.clear()
     await page.unroute("**/graphql", refuse_reloads)
-    await page.reload()
-    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await reload_app(page)
     await expect(_question_entry(page, "Still the current question?")).to_contain_text("no longer current")
-    await expect(_card(page)).to_have_count(0)
-    await expect(_icon(page, task_id)).to_have_count(0)
-    await _no_outside_requests(network)
+    await expect(card(page)).to_have_count(0)
+    await expect(question_icon(page, task_id)).to_have_count(0)
+    no_outside_requests(network)
 
 
 # --- Skip on a detached question ---------------------------------------------------------------------
@@ -358,13 +336,13 @@ async def test_skip_on_a_detached_question_rejects_it_without_resuming_the_agent
     async with runner(api, session_id) as prompts:
         turns_before = (await api.client.execute(TURNS, {"s": session_id}))["sessionTurns"]
         network = await open_app(page, lifecycle_server, f"/t/{task_id}/s/{session_id}")
-        await expect(_card(page)).to_contain_text("Skip me after the agent left?")
+        await expect(card(page)).to_contain_text("Skip me after the agent left?")
         await expect(page.get_by_test_id("clarification-detached")).to_be_visible()
-        await expect(_icon(page, task_id)).to_be_visible()
+        await expect(question_icon(page, task_id)).to_be_visible()
         await page.get_by_test_id("clarification-skip").click()
-        await expect(_card(page)).to_have_count(0)
+        await expect(card(page)).to_have_count(0)
         await expect(page.get_by_test_id("clarification-error")).to_have_count(0)
-        await expect(_icon(page, task_id)).to_have_count(0)
+        await expect(question_icon(page, task_id)).to_have_count(0)
         await expect(_dot(page, session_id)).to_have_count(0)
         await expect(_question_entry(page, "Skip me after the agent left?")).to_contain_text("skipped")
         # Persisted as rejected, and the agent is not resumed: no prompt, no successor turn.
@@ -374,9 +352,8 @@ async def test_skip_on_a_detached_question_rejects_it_without_resuming_the_agent
         await asyncio.sleep(1.0)
         assert prompts == []
         assert (await api.client.execute(TURNS, {"s": session_id}))["sessionTurns"] == turns_before
-    await page.reload()
-    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await reload_app(page)
     await expect(_question_entry(page, "Skip me after the agent left?")).to_contain_text("skipped")
-    await expect(_card(page)).to_have_count(0)
-    await expect(_icon(page, task_id)).to_have_count(0)
-    await _no_outside_requests(network)
+    await expect(card(page)).to_have_count(0)
+    await expect(question_icon(page, task_id)).to_have_count(0)
+    no_outside_requests(network)

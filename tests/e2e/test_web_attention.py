@@ -4,6 +4,7 @@ the installable app (manifest, service worker, offline shell). Chromium against 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 from collections.abc import AsyncIterator, Iterator
@@ -14,8 +15,9 @@ import pytest
 from playwright.async_api import expect
 
 from tests.e2e.conftest import RESULTS
+from tests.e2e.support import Relay, card, no_outside_requests, question_icon, reload_app, serve, wrap_up
 from tests.e2e.webapp import PHONE, Api, Held, Network, open_app, path_of, question
-from tests.servers import Server, drop_database, fresh_database
+from tests.servers import Server
 
 pytestmark = pytest.mark.browser
 expect.set_options(timeout=10_000)
@@ -49,31 +51,16 @@ OBSERVE = """
 """
 
 
-def _start() -> Iterator[Server]:
-    url = fresh_database("sqlite")
-    server = Server(url, env={"TURNWISE_DISPATCH_SECONDS": "5"}).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        drop_database(url)
-
-
 @pytest.fixture
 def web_server() -> Iterator[Server]:
     """A server and database per test: the waiting count starts at zero, and a test may stop it."""
-    yield from _start()
+    yield from serve("sqlite")
 
 
 @pytest.fixture
 async def api(web_server: Server) -> AsyncIterator[Api]:
-    client = Api(web_server)
-    yield client
-    await client.aclose()
-
-
-async def _no_outside_requests(network: Network) -> None:
-    assert network.outside == [], "the page tried to load something from outside the local server"
+    async with contextlib.aclosing(Api(web_server)) as client:
+        yield client
 
 
 async def _notes(page: Any) -> list[dict[str, Any]]:
@@ -103,11 +90,16 @@ async def _expect_waiting(page: Any, count: int) -> None:
         assert href == "/favicon.ico"
 
 
-async def _open_notifying(page: Any, server: Server, path: str = "/", *, phone: bool = False) -> Network:
-    """Open the app with notifications permitted, then opt in through the app's control."""
+async def _open_observed(page: Any, server: Server, path: str = "/", *, phone: bool = False) -> Network:
+    """Open the app with notifications permitted and every notification it raises recorded."""
     await page.context.grant_permissions(["notifications"], origin=server.base_url)
     await page.add_init_script(OBSERVE)
-    network = await open_app(page, server, path, phone=phone)
+    return await open_app(page, server, path, phone=phone)
+
+
+async def _open_notifying(page: Any, server: Server, path: str = "/", *, phone: bool = False) -> Network:
+    """Open the app with notifications permitted, then opt in through the app's control."""
+    network = await _open_observed(page, server, path, phone=phone)
     if phone:
         await page.get_by_test_id("task-drawer-toggle").click()
     toggle = page.get_by_test_id("notify-toggle")
@@ -129,15 +121,7 @@ async def test_title_and_badge_follow_questions_asked_answered_and_superseded_ac
 ) -> None:
     first, (first_session,) = await api.task("Title one")
     second, (second_session,) = await api.task("Title two")
-    connections: list[Any] = []
-    cut = asyncio.Event()
-
-    async def relay(ws: Any) -> None:
-        server = ws.connect_to_server()
-        connections.append(ws)
-        server.on_message(lambda message: None if cut.is_set() else ws.send(message))
-
-    await page.route_web_socket("**/graphql", relay)
+    relay = await Relay().install(page)
     network = await open_app(page, web_server)
     await _expect_waiting(page, 0)
     asked = await api.ask(first_session)
@@ -151,24 +135,18 @@ async def test_title_and_badge_follow_questions_asked_answered_and_superseded_ac
     # A new turn supersedes the second task's question: nothing waits any more.
     await api.start_turn(second_session)
     await _expect_waiting(page, 0)
-    await expect(
-        page.get_by_test_id(f"task-row-{second}").get_by_test_id("task-question-icon")
-    ).to_have_count(0)
+    await expect(question_icon(page, second)).to_have_count(0)
     await other.disconnect()
     # While the page hears nothing, a question arrives; the reconnect's snapshot brings the count.
-    cut.set()
+    relay.cut.set()
     away = await api.ask(first_session, [question("Asked while away?")])
     await asyncio.sleep(0.3)
     await _expect_waiting(page, 0)
-    cut.clear()
-    await connections[0].close()
+    await relay.reconnect()
     await _expect_waiting(page, 1)
-    await expect(
-        page.get_by_test_id(f"task-row-{first}").get_by_test_id("task-question-icon")
-    ).to_be_visible()
-    assert len(connections) >= 2, "the app reconnected"
-    await away.disconnect()
-    await _no_outside_requests(network)
+    await expect(question_icon(page, first)).to_be_visible()
+    assert len(relay.connections) >= 2, "the app reconnected"
+    await wrap_up(network, away)
 
 
 # --- notifications -------------------------------------------------------------------------------
@@ -206,12 +184,10 @@ async def test_one_notification_per_question_and_its_click_opens_the_owner_sessi
     await page.evaluate("window.__notes[0].note.dispatchEvent(new Event('click'))")
     await expect(page.get_by_test_id(f"session-tab-{secondary}")).to_have_attribute("aria-selected", "true")
     assert path_of(page) == f"/t/{task_id}/s/{secondary}"
-    await expect(page.get_by_test_id("clarification-card")).to_contain_text("Which retry policy")
+    await expect(card(page)).to_contain_text("Which retry policy")
     if phone:
         await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
-    for held in (before, agent, second):
-        await held.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, before, agent, second)
 
 
 async def test_a_question_answered_before_its_lookup_returns_raises_nothing(
@@ -239,8 +215,7 @@ async def test_a_question_answered_before_its_lookup_returns_raises_nothing(
     fresh = await api.ask(other_session, [question("Still there?")])
     notes = await _wait_notes(page, 1)
     assert [n["tag"] for n in notes] == [fresh.pending_id]
-    await fresh.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, fresh)
 
 
 async def test_nothing_while_the_owner_session_is_open_and_visible(
@@ -250,7 +225,7 @@ async def test_nothing_while_the_owner_session_is_open_and_visible(
     _other, (other_session,) = await api.task("Not watched")
     network = await _open_notifying(page, web_server, f"/t/{task_id}/s/{session_id}")
     watched = await api.ask(session_id, [question("Seen in the page?")])
-    await expect(page.get_by_test_id("clarification-card")).to_contain_text("Seen in the page?")
+    await expect(card(page)).to_contain_text("Seen in the page?")
     elsewhere = await api.ask(other_session, [question("Elsewhere?")])
     notes = await _wait_notes(page, 1)
     assert [n["tag"] for n in notes] == [elsewhere.pending_id], "only the question not on screen notifies"
@@ -262,9 +237,7 @@ async def test_nothing_while_the_owner_session_is_open_and_visible(
     notes = await _wait_notes(page, 2)
     assert [n["tag"] for n in notes] == [elsewhere.pending_id, hidden.pending_id]
     assert notes[1]["body"] == "Asked in the background?"
-    for agent in (watched, elsewhere, hidden):
-        await agent.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, watched, elsewhere, hidden)
 
 
 async def test_a_reconnect_snapshot_raises_nothing_for_questions_already_notified(
@@ -272,32 +245,21 @@ async def test_a_reconnect_snapshot_raises_nothing_for_questions_already_notifie
 ) -> None:
     _first, (first_session,) = await api.task("Before the cut")
     _second, (second_session,) = await api.task("During the cut")
-    connections: list[Any] = []
-    cut = asyncio.Event()
-
-    async def relay(ws: Any) -> None:
-        server = ws.connect_to_server()
-        connections.append(ws)
-        server.on_message(lambda message: None if cut.is_set() else ws.send(message))
-
-    await page.route_web_socket("**/graphql", relay)
+    relay = await Relay().install(page)
     network = await _open_notifying(page, web_server)
     notified = await api.ask(first_session, [question("Before?")])
     await _wait_notes(page, 1)
-    cut.set()
+    relay.cut.set()
     away = await api.ask(second_session, [question("While away?")])
     await asyncio.sleep(0.3)
-    cut.clear()
-    await connections[0].close()
+    await relay.reconnect()
     notes = await _wait_notes(page, 2)
     await _expect_waiting(page, 2)
     await asyncio.sleep(0.5)
     notes = await _notes(page)
     assert [n["tag"] for n in notes] == [notified.pending_id, away.pending_id]
-    assert len(connections) >= 2, "the app reconnected"
-    for agent in (notified, away):
-        await agent.disconnect()
-    await _no_outside_requests(network)
+    assert len(relay.connections) >= 2, "the app reconnected"
+    await wrap_up(network, notified, away)
 
 
 async def test_a_replayed_older_summary_neither_raises_the_count_nor_notifies_again(
@@ -338,12 +300,8 @@ async def test_a_replayed_older_summary_neither_raises_the_count_nor_notifies_ag
     notes = await _wait_notes(page, 2)
     await _expect_waiting(page, 1)
     assert [n["tag"] for n in notes] == [asked.pending_id, fresh.pending_id]
-    await expect(page.get_by_test_id(f"task-row-{first}").get_by_test_id("task-question-icon")).to_have_count(
-        0
-    )
-    for agent in (asked, fresh):
-        await agent.disconnect()
-    await _no_outside_requests(network)
+    await expect(question_icon(page, first)).to_have_count(0)
+    await wrap_up(network, asked, fresh)
 
 
 async def test_notifications_stay_off_until_the_person_opts_in(
@@ -351,9 +309,7 @@ async def test_notifications_stay_off_until_the_person_opts_in(
 ) -> None:
     _task_id, (session_id,) = await api.task("No opt-in")
     _other, (other_session,) = await api.task("After opt-in")
-    await page.context.grant_permissions(["notifications"], origin=web_server.base_url)
-    await page.add_init_script(OBSERVE)
-    network = await open_app(page, web_server)
+    network = await _open_observed(page, web_server)
     quiet = await api.ask(session_id)
     await _expect_waiting(page, 1)
     await page.get_by_test_id("notify-toggle").click()
@@ -364,12 +320,9 @@ async def test_notifications_stay_off_until_the_person_opts_in(
     # Turning them off again is kept across a reload.
     await page.get_by_test_id("notify-toggle").click()
     await expect(page.get_by_test_id("notify-toggle")).to_have_attribute("aria-pressed", "false")
-    await page.reload()
-    await page.wait_for_selector("html[data-ready=true]", state="attached")
+    await reload_app(page)
     await expect(page.get_by_test_id("notify-toggle")).to_have_text("Turn on notifications")
-    for agent in (quiet, loud):
-        await agent.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, quiet, loud)
 
 
 # Android's browsers refuse ``new Notification`` in a page; only a service worker may show one.
@@ -416,8 +369,7 @@ async def test_where_a_page_cannot_notify_the_service_worker_shows_the_notificat
             "data": {"taskId": task_id, "sessionId": session_id},
         }
     ]
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, agent)
 
 
 # --- installable app --------------------------------------------------------------------------------
@@ -503,7 +455,7 @@ async def test_the_app_shell_loads_with_the_server_stopped_and_recovers(
     await expect(page.locator(".task-head h1")).to_have_text("Survives a restart", timeout=20_000)
     await page.wait_for_selector("html[data-ready=true]", state="attached")
     assert all(url.startswith((web_server.base_url, "data:", "blob:")) for url in requests), requests
-    await _no_outside_requests(network)
+    no_outside_requests(network)
 
 
 # --- how it looks -----------------------------------------------------------------------------------
@@ -518,7 +470,7 @@ async def test_screenshot_with_a_question_pending_and_the_opt_in_control(
     agent = await api.ask(session_id, [question("Which retry policy should the webhook use?")])
     await page.context.grant_permissions(["notifications"], origin=web_server.base_url)
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}", phone=phone)
-    await expect(page.get_by_test_id("clarification-card")).to_be_visible()
+    await expect(card(page)).to_be_visible()
     if phone:
         await page.get_by_test_id("task-drawer-toggle").click()
         await page.wait_for_timeout(400)  # let the drawer finish sliding in before the picture
@@ -530,5 +482,4 @@ async def test_screenshot_with_a_question_pending_and_the_opt_in_control(
     href = await page.locator('link[rel="icon"]').get_attribute("href")
     await page.set_content(f"<img src='{href}' width='128' height='128'>")
     await page.locator("img").screenshot(path=str(RESULTS / "web-attention-favicon.png"))
-    await agent.disconnect()
-    await _no_outside_requests(network)
+    await wrap_up(network, agent)
