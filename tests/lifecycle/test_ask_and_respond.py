@@ -12,6 +12,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.services.bundles import trusted
+from backend.services.container import Services
 from backend.services.resume import ResumeOutcome
 from backend.services.uow import Work
 from tests.lifecycle.support import (
@@ -27,6 +28,30 @@ from tests.lifecycle.support import (
     yes,
 )
 from tests.resume.support import resuming, turn_rows
+
+
+async def live_agent(svc: Services) -> tuple[str, Agent]:
+    """A new session and its agent, waiting live on one question."""
+    _, session_id = await new_session(svc)
+    agent = await Agent.ask(svc, session_id)
+    agent.wait()
+    return session_id, agent
+
+
+async def detached_with_resumer(svc: Services) -> tuple[str, Agent, ScriptedResumer]:
+    """A new session whose question's wait timed out, and the resumer (accepting) an answer would use."""
+    _, session_id = await new_session(svc)
+    resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
+    svc.clarifications.resumer = resumer
+    agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+    await agent.outcome()
+    return session_id, agent, resumer
+
+
+async def state_of(svc: Services, pending_id: str) -> BundleState:
+    bundle = await svc.clarifications.bundle(pending_id, authorize=trusted)
+    assert bundle is not None
+    return bundle.state
 
 
 async def test_ask_writes_one_row_per_question_sharing_a_new_pending_id_in_the_current_turn(
@@ -159,9 +184,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
 
 async def test_skip_of_a_live_bundle_is_delivered_to_the_same_turn_waiter(db: Database) -> None:
     async with running(db) as svc:
-        _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
-        agent.wait()
+        _, agent = await live_agent(svc)
         result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Rejected)
@@ -175,9 +198,7 @@ async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Datab
         task_id, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None
-        assert bundle.state == BundleState.ACTIVE_DETACHED
+        assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
         assert projection.pending_action == "clarification"
@@ -207,25 +228,17 @@ async def test_repeated_detachment_is_a_semantic_no_op_without_a_duplicate_messa
 
 async def test_turn_teardown_detaches_the_live_bundle_and_tells_its_waiter(db: Database) -> None:
     async with running(db) as svc:
-        _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
-        agent.wait()
+        session_id, agent = await live_agent(svc)
         turn = (await svc.reads.turns(session_id))[-1]
         await svc.operations.complete_turn(turn.id)
         assert isinstance(await agent.outcome(), lc.Detached)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None
-        assert bundle.state == BundleState.ACTIVE_DETACHED
+        assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         await agent.close()
 
 
 async def test_detached_current_turn_rejection_persists_without_resuming(db: Database) -> None:
     async with running(db) as svc:
-        _, session_id = await new_session(svc)
-        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
-        await agent.outcome()
+        _, agent, resumer = await detached_with_resumer(svc)
         result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded)
         assert result.resumed is False
@@ -252,9 +265,7 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
             )
         assert isinstance(result, lc.DeliveryFailed)
         assert result.retryable is True
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None
-        assert bundle.state == BundleState.ACTIVE_DETACHED
+        assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"pending"}
         assert not any("response" in r or "response_delivery_pending" in r for r in stored)
@@ -284,11 +295,7 @@ async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_questio
 @pytest.mark.scenario("S15")
 async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) -> None:
     async with running(db) as svc:
-        _, session_id = await new_session(svc)
-        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
-        await agent.outcome()
+        session_id, agent, resumer = await detached_with_resumer(svc)
         await svc.operations.start_turn(session_id)
         before = await all_metadata(db)
         async with recording(svc) as log:
@@ -308,9 +315,7 @@ async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) ->
 
 async def test_response_to_a_terminal_bundle_is_a_conflict_carrying_the_winning_answer(db: Database) -> None:
     async with running(db) as svc:
-        _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
-        agent.wait()
+        _, agent = await live_agent(svc)
         await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         await agent.outcome()
         before = await all_metadata(db)
@@ -391,7 +396,5 @@ async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db:
             if {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}:
                 break
             await asyncio.sleep(0.02)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
-        assert bundle is not None
-        assert bundle.state == BundleState.ACTIVE_DETACHED
+        assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         await agent.stream.aclose()
