@@ -17,7 +17,7 @@ from backend.api.types import (
     Task,
 )
 from backend.domain import lifecycle as lc
-from backend.domain.errors import NotFound
+from backend.domain.errors import BrokenInvariant, NotFound
 from backend.domain.lifecycle import ConflictReason
 from backend.domain.states import ClarificationStatus
 from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
@@ -127,13 +127,18 @@ def _outcome(o: lc.WaitOutcome) -> Any:
                     custom_text=a.custom_text,
                 )
                 for a in o.answers
+                if isinstance(a, lc.Answer)
             ],
         )
     if isinstance(o, lc.Rejected):
         return ClarificationRejected(pending_id=strawberry.ID(o.pending_id))
     if isinstance(o, lc.Detached):
         return ClarificationDetached(pending_id=strawberry.ID(o.pending_id))
-    return ClarificationClosed(pending_id=strawberry.ID(o.pending_id), status=ClarificationStatus(o.status))
+    if isinstance(o, lc.Closed):
+        return ClarificationClosed(
+            pending_id=strawberry.ID(o.pending_id), status=ClarificationStatus(o.status)
+        )
+    raise BrokenInvariant(f"a clarification ended {type(o).__name__}")
 
 
 # --- respond results ----------------------------------------------------------------------------
@@ -185,7 +190,7 @@ class TaskAdvanceBlocked:
 AdvanceTaskResult = Annotated[TaskAdvanced | TaskAdvanceBlocked, strawberry.union("AdvanceTaskResult")]
 
 
-def _count_respond(r: lc.RespondOutcome) -> None:
+def count_respond(r: lc.RespondOutcome) -> None:
     if isinstance(r, lc.Responded):
         if r.resumed:
             metrics.RESUME_OUTCOMES.labels("resumed").inc()
@@ -195,7 +200,7 @@ def _count_respond(r: lc.RespondOutcome) -> None:
         metrics.RESUME_OUTCOMES.labels("retryable_failure" if r.retryable else "final_failure").inc()
 
 
-def _count_outcome(o: lc.WaitOutcome) -> None:
+def count_outcome(o: lc.WaitOutcome) -> None:
     if isinstance(o, lc.Asked):
         metrics.ASKS.inc()
     elif isinstance(o, lc.Answered | lc.Rejected):
@@ -205,7 +210,7 @@ def _count_outcome(o: lc.WaitOutcome) -> None:
 
 
 def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
-    _count_respond(r)
+    count_respond(r)
     if isinstance(r, lc.Responded):
         return ClarificationResponded(
             bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed, queued=r.queued
@@ -340,7 +345,7 @@ class ClarificationSubscriptions:
         waiting = False
         try:
             async for outcome in stream:
-                _count_outcome(outcome)
+                count_outcome(outcome)
                 if not waiting and isinstance(outcome, lc.Asked):
                     waiting = True
                     metrics.LIVE_WAITERS.inc()

@@ -37,6 +37,10 @@ class Context:
         return DataLoader(load_fn=self._load_active_bundles)
 
     @cached_property
+    def active_permission_by_session(self) -> DataLoader[str, Bundle | None]:
+        return DataLoader(load_fn=self._load_active_permissions)
+
+    @cached_property
     def task_views(self) -> DataLoader[str, TaskView | None]:
         """Task list / boot: summaries reconciled together with the session projections they derive from."""
         return DataLoader(load_fn=self._load_task_views)
@@ -56,6 +60,10 @@ class Context:
 
     async def _load_active_bundles(self, session_ids: list[str]) -> list[Bundle | None]:
         bundles = await self.services.clarifications.active_bundles(session_ids)
+        return [bundles.get(s) for s in session_ids]
+
+    async def _load_active_permissions(self, session_ids: list[str]) -> list[Bundle | None]:
+        bundles = await self.services.permissions.active(session_ids)
         return [bundles.get(s) for s in session_ids]
 
     async def _load_pending(self, session_ids: list[str]) -> list[SessionPending | None]:

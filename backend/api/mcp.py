@@ -1,8 +1,9 @@
 """`/mcp`: the Model Context Protocol endpoint (Streamable HTTP, the official `mcp` SDK).
 
-Off-the-shelf agents (any MCP client) ask people through two tools whose names and fields are fixed:
-`ask_user_question` (the live waiter, the same lifecycle as `askClarification`) and `wait_for_answer`
-(collect a late answer exactly once, or wait again while the question is answerable). Bearer tokens as
+Off-the-shelf agents (any MCP client) ask people through three tools whose names and fields are fixed:
+`ask_user_question` (the live waiter, the same lifecycle as `askClarification`), `approve_tool_use`
+(Claude Code's permission prompt tool, `api/mcp_approvals.py`) and `wait_for_answer` (collect a late
+answer or decision exactly once, or wait again while the action is open). Bearer tokens as
 for GraphQL: no valid token is HTTP 401 before MCP runs; acting in a session needs its agent token or
 an admin token (with `session_id`). Every refusal is an MCP tool error (`isError`) naming the field,
 and writes nothing, except for an unknown tool: a JSON-RPC invalid-params error. A browser request
@@ -34,6 +35,7 @@ from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.browsers import BrowserRule, headers_of
 from backend.api.hygiene import PROBLEM, storable
+from backend.api.mcp_approvals import Approvals, approve_tool
 from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
@@ -47,7 +49,7 @@ from backend.domain.errors import (
     present,
 )
 from backend.domain.lifecycle import Bundle, BundleState
-from backend.domain.states import ClarificationStatus
+from backend.domain.states import ClarificationStatus, PendingActionKind
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.inbox import rendered_answers
@@ -106,7 +108,7 @@ def _timeout_schema(max_wait_seconds: float) -> dict[str, Any]:
 
 
 def tools(max_wait_seconds: float) -> list[types.Tool]:
-    """The two tools, their input schemas stating the server's longest wait (the default)."""
+    """The three tools, their input schemas stating the server's longest wait (the default)."""
     timeout = _timeout_schema(max_wait_seconds)
     return [
         types.Tool(
@@ -136,11 +138,13 @@ def tools(max_wait_seconds: float) -> list[types.Tool]:
                 "additionalProperties": False,
             },
         ),
+        approve_tool(timeout),
         types.Tool(
             name="wait_for_answer",
             description=(
-                "Collect the answer to a question asked earlier with ask_user_question (by its pending_id): "
-                "returns a late answer at once (only once), or waits again while the question is open."
+                "Collect the answer to a question asked earlier with ask_user_question, or the decision on "
+                "a tool call asked with approve_tool_use (by its pending_id): returns a late answer at "
+                "once (only once), or waits again while the question or request is open."
             ),
             inputSchema={
                 "type": "object",
@@ -335,6 +339,9 @@ class McpEndpoint:
         settings = services.deps.settings
         self.browsers = BrowserRule(settings)
         self.tools = tools(settings.max_wait_seconds)
+        self.approvals = Approvals(
+            services, only=_only, text=_text, timeout=_timeout, session_for=self._session_for
+        )
         self.server: Server[Any, Any] = Server("turnwise", version=turnwise_version())
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
         self.server.call_tool(validate_input=False)(self._call_tool)
@@ -430,6 +437,8 @@ class McpEndpoint:
                 raise InvalidInput(bad[0], PROBLEM)
             if name == "ask_user_question":
                 return await self.ask_user_question(principal, arguments)
+            if name == "approve_tool_use":
+                return await self.approvals.approve_tool_use(principal, arguments)
             return await self.wait_for_answer(principal, arguments)
         except InvalidInput as exc:
             return error(f"{_tool_field(exc.field)}: {str(exc).split(': ', 1)[-1]}")
@@ -510,11 +519,13 @@ class McpEndpoint:
         # Authorized just below, where a foreign bundle reads as not found.
         bundle = await self.services.clarifications.bundle(pending_id, authorize=trusted)
         if bundle is None:
-            raise InvalidInput("pending_id", f"clarification {pending_id!r} not found")
+            raise InvalidInput("pending_id", f"pending action {pending_id!r} not found")
         try:
             require_session_agent(principal, bundle.session_id, bundle.task_id)
         except TurnwiseError:
-            raise InvalidInput("pending_id", f"clarification {pending_id!r} not found") from None
+            raise InvalidInput("pending_id", f"pending action {pending_id!r} not found") from None
+        if bundle.kind == PendingActionKind.PERMISSION:
+            return await self.approvals.wait(bundle, wait)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:

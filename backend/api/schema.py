@@ -21,6 +21,7 @@ from backend.api.errors import document_error_code, is_expected
 from backend.api.execution import PlainFieldExecutor
 from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
+from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
 from backend.api.scalars import DateTime
 from backend.domain.errors import TurnwiseError
@@ -29,17 +30,21 @@ log = logging.getLogger("turnwise.api")
 
 
 @strawberry.type
-class Query(OperationQueries, AccessQueries, ClarificationQueries):
+class Query(OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries):
     pass
 
 
 @strawberry.type
-class Mutation(OperationMutations, AgentMutations, AccessMutations, ClarificationMutations):
+class Mutation(
+    OperationMutations, AgentMutations, AccessMutations, ClarificationMutations, PermissionMutations
+):
     pass
 
 
 @strawberry.type
-class Subscription(AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions):
+class Subscription(
+    AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions, PermissionSubscriptions
+):
     pass
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import strawberry
 from strawberry.types import Info
@@ -37,6 +37,10 @@ strawberry.enum(SessionState, name="SessionState")
 strawberry.enum(ClarificationStatus, name="ClarificationStatus")
 strawberry.enum(ClarificationBundleState, name="ClarificationBundleState")
 strawberry.enum(ConflictReason, name="ConflictReason")
+
+
+if TYPE_CHECKING:
+    from backend.api.permissions import PermissionRequest
 
 
 @strawberry.enum
@@ -284,6 +288,17 @@ class TaskSession:
         # Batched per request through the one rule (current turn, pending, live session).
         bundle = await info.context.active_bundle_by_session.load(self.record.id)
         return None if bundle is None else ClarificationBundle.of(bundle)
+
+    @strawberry.field(description="The current-turn active permission request, or null.")
+    async def active_permission(
+        self, info: Info[Context, None]
+    ) -> Annotated[PermissionRequest, strawberry.lazy("backend.api.permissions")] | None:
+        bundle = await info.context.active_permission_by_session.load(self.record.id)
+        if bundle is None:
+            return None
+        from backend.api.permissions import PermissionRequest
+
+        return PermissionRequest.of(bundle)
 
 
 @strawberry.type

@@ -13,6 +13,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 
@@ -180,6 +181,24 @@ session_inbox = Table(
     Column("closed_at", UTCDateTime, nullable=True),
     Index("ix_session_inbox_session", "session_id", "created_at"),
     Index("ix_session_inbox_pending", "pending_id"),
+)
+
+# Remembered permission decisions: "always allow this tool (with this input, or any input) in this
+# session". `input_key` is the hash of the input's canonical JSON, or "" for any input; a request
+# matches a rule of its session and tool whose key is its own or "". Written by a person's ALLOW
+# with remember, in the transaction of that decision's claim; never by an agent.
+permission_rules = Table(
+    "permission_rules",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("tool_name", String(200), nullable=False),
+    Column("input_key", String(64), nullable=False),
+    Column("input", JSONDoc, nullable=True),
+    Column("created_by", ID, nullable=True),
+    Column("source_pending_id", ID, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("session_id", "tool_name", "input_key"),
 )
 
 meta = Table(

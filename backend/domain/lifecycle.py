@@ -18,7 +18,13 @@ from typing import Any
 from backend.domain.clarification import flag, status_of
 from backend.domain.errors import InvalidInput
 from backend.domain.names import plain_name
-from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus
+from backend.domain.permissions import PERMISSION_KEY, Decision, PermissionSpec
+from backend.domain.states import (
+    MESSAGE_KIND_CLARIFICATION,
+    TERMINAL_SESSION_STATES,
+    ClarificationStatus,
+    PendingActionKind,
+)
 
 # Limits (kandev-notes "Shapes": 1-4 questions, 2-6 options, short titles); the text bounds are ours.
 MAX_QUESTIONS = 4
@@ -68,6 +74,16 @@ class QuestionSpec:
     prompt: str
     options: tuple[OptionSpec, ...]
     multi_select: bool
+
+    message_type = MESSAGE_KIND_CLARIFICATION
+
+    @property
+    def content(self) -> str:
+        return self.prompt
+
+    def row_metadata(self) -> dict[str, Any]:
+        """What this question's row holds besides the bundle's common keys."""
+        return {"question_id": self.id, "question": self.as_metadata()}
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -222,6 +238,13 @@ class Bundle:
         return None
 
     @property
+    def kind(self) -> PendingActionKind:
+        """A permission request's one row holds its tool request; every other bundle is questions."""
+        if self.rows and PERMISSION_KEY in self.rows[0].metadata:
+            return PendingActionKind.PERMISSION
+        return PendingActionKind.CLARIFICATION
+
+    @property
     def context(self) -> str | None:
         for r in self.rows:
             value = r.metadata.get("context")
@@ -352,7 +375,8 @@ class Claim:
     task_id: str
     turn_id: str
     message_ids: tuple[str, ...]
-    answers: tuple[Answer, ...]
+    # The person's answers, one per question; or a permission request's one decision.
+    answers: tuple[Answer | Decision, ...]
     rejected: bool
 
 
@@ -367,12 +391,18 @@ class Asked:
 @dataclass(frozen=True, slots=True)
 class Answered:
     pending_id: str
-    answers: tuple[Answer, ...]
+    answers: tuple[Answer | Decision, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
     pending_id: str
+    # A denied permission's decision (its reason for the agent); a skipped question has none.
+    answers: tuple[Answer | Decision, ...] = ()
+
+
+# What an ask writes: one row per spec (a question, or a permission request's one tool request).
+Spec = QuestionSpec | PermissionSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,7 +419,15 @@ class Closed:
     status: str
 
 
-WaitOutcome = Asked | Answered | Rejected | Detached | Closed
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """Decided as it was asked, with nobody asked (a permission a remembered rule allows)."""
+
+    pending_id: str
+    answers: tuple[Answer | Decision, ...]
+
+
+WaitOutcome = Asked | Answered | Rejected | Detached | Closed | Decided
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,11 @@ TERMINAL_CLARIFICATION_STATUSES: frozenset[str] = frozenset(
 MESSAGE_KIND_MESSAGE = "message"
 MESSAGE_KIND_CLARIFICATION = "clarification_request"
 MESSAGE_KIND_PERMISSION = "permission_request"
+# The message type of each kind of pending action's rows.
+MESSAGE_TYPES: dict[PendingActionKind, str] = {
+    PendingActionKind.CLARIFICATION: MESSAGE_KIND_CLARIFICATION,
+    PendingActionKind.PERMISSION: MESSAGE_KIND_PERMISSION,
+}
 
 AUTHORS: frozenset[str] = frozenset({"agent", "user", "system"})
 

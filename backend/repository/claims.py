@@ -8,7 +8,7 @@ settle and restore of one claim serialize under the session's lock, and whicheve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, case, exists, func, not_, select, update
@@ -20,6 +20,7 @@ from backend.db.sqlfuncs import json_flag, json_patch, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import CLAIM_KEY, INTENT_KEY, Answer, BundleRow
+from backend.domain.permissions import Decision
 from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, tasks
 from backend.repository.pending_rows import (
@@ -41,7 +42,7 @@ async def claim(
     session_id: str,
     pending_id: str,
     message_ids: Sequence[str],
-    answers: dict[str, Answer],
+    answers: Mapping[str, Answer | Decision],
     rejected: bool,
     claim_id: str | None,
     detach_rows: bool,
@@ -66,7 +67,7 @@ async def claim_bumping(
     session_id: str,
     pending_id: str,
     message_ids: Sequence[str],
-    answers: dict[str, Answer],
+    answers: Mapping[str, Answer | Decision],
     rejected: bool,
     claim_id: str | None,
     detach_rows: bool,
@@ -90,7 +91,7 @@ async def claim_bumping(
             session_id=session_id,
             pending_id=pending_id,
             message_id=message_ids[0],
-            answer=None if rejected or not answers else next(iter(answers.items())),
+            answer=next(iter(answers.items())) if answers else None,
             rejected=rejected,
             claim_id=claim_id,
             detach_rows=detach_rows,
@@ -99,7 +100,7 @@ async def claim_bumping(
         return claimed, together and bool(claimed)
     base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
     qid = json_text(M.c.metadata, "question_id")
-    if rejected or not answers:
+    if not answers:
         new_metadata: Any = json_update(M.c.metadata, base)
     else:
         new_metadata = case(
@@ -186,7 +187,7 @@ async def _claim_one(
     session_id: str,
     pending_id: str,
     message_id: str,
-    answer: tuple[str, Answer] | None,
+    answer: tuple[str, Answer | Decision] | None,
     rejected: bool,
     claim_id: str | None,
     detach_rows: bool,

@@ -22,10 +22,7 @@ from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData, NotFound
 from backend.domain.ids import new_id
-from backend.domain.lifecycle import (
-    BundleRow,
-    QuestionSpec,
-)
+from backend.domain.lifecycle import BundleRow, Spec
 from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
 from backend.repository import rows, summaries, tasks
@@ -201,16 +198,20 @@ def _index(row: BundleRow) -> int:
 
 
 async def active_pending_ids_for_sessions(
-    conn: AsyncConnection, session_ids: Sequence[str]
+    conn: AsyncConnection, session_ids: Sequence[str], message_type: str = MESSAGE_KIND_CLARIFICATION
 ) -> dict[str, list[str]]:
-    """session_id -> pending ids of its active bundles, newest first; one statement for the batch."""
+    """session_id -> pending ids of its active bundles of this message type, newest first; one
+    statement for the batch."""
     if not session_ids:
         return {}
     pid = json_text(M.c.metadata, "pending_id")
     query = (
         select(M.c.session_id, pid.label("pending_id"), func.max(M.c.created_at).label("newest"))
         .join(S, S.c.id == M.c.session_id)
-        .where(M.c.session_id.in_(list(dict.fromkeys(session_ids))), active_pending_rows(M, S.c.state))
+        .where(
+            M.c.session_id.in_(list(dict.fromkeys(session_ids))),
+            active_pending_rows(M, S.c.state, (message_type,)),
+        )
         .group_by(M.c.session_id, pid)
     )
     found: dict[str, list[tuple[Any, str]]] = {}
@@ -239,7 +240,7 @@ def _bundle_records(
     session_id: str,
     turn_id: str,
     pending_id: str,
-    questions: Sequence[QuestionSpec],
+    specs: Sequence[Spec],
     context: str | None,
     signature: str,
     waiter_id: str,
@@ -247,33 +248,24 @@ def _bundle_records(
 ) -> list[MessageRecord]:
     now = utcnow()
     records: list[MessageRecord] = []
-    for i, q in enumerate(questions):
+    for i, spec in enumerate(specs):
         metadata: dict[str, Any] = {
             "pending_id": pending_id,
-            "question_id": q.id,
+            **spec.row_metadata(),
             "question_index": i,
-            "question_total": len(questions),
+            "question_total": len(specs),
             "context": context,
-            "question": q.as_metadata(),
             "status": ClarificationStatus.PENDING.value,
             "agent_disconnected": False,
             # Only the last row of a bundle requests input (kandev-notes "Shapes").
-            "requests_input": i == len(questions) - 1,
+            "requests_input": i == len(specs) - 1,
             "bundle_signature": signature,
             "waiter_id": waiter_id,
             "waiter_instance": waiter_instance,
         }
         records.append(
             MessageRecord(
-                new_id(),
-                session_id,
-                turn_id,
-                MESSAGE_KIND_CLARIFICATION,
-                "agent",
-                q.prompt,
-                metadata,
-                now,
-                now,
+                new_id(), session_id, turn_id, spec.message_type, "agent", spec.content, metadata, now, now
             )
         )
     return records
@@ -299,14 +291,15 @@ async def insert_bundle(
     session_id: str,
     turn_id: str,
     pending_id: str,
-    questions: Sequence[QuestionSpec],
+    questions: Sequence[Spec],
     context: str | None,
     signature: str,
     waiter_id: str,
     waiter_instance: str,
     state: str | None = None,
 ) -> list[MessageRecord]:
-    """One row per question in one multi-row INSERT: the bundle is written whole or not at all.
+    """One row per question (a permission request: one row) in one multi-row INSERT: the bundle is
+    written whole or not at all.
 
     `state`: also set the session's state and bump its sequence (`tasks.set_session_state(...,
     bump=True)`), in the same statement on PostgreSQL for a one-question bundle."""
@@ -321,6 +314,33 @@ async def insert_bundle(
     if state is not None:
         await tasks.set_session_state(conn, session_id, state, bump=True)
     return records
+
+
+async def insert_decided(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    turn_id: str,
+    spec: Spec,
+    context: str | None,
+    signature: str,
+    response: dict[str, Any],
+) -> MessageRecord:
+    """A pending action decided as it is asked (a permission a remembered rule allows): its row, of
+    a new bundle, answered at once. History only: it never blocks the session or takes a claim."""
+    (record,) = _bundle_records(session_id, turn_id, new_id(), [spec], context, signature, "", "")
+    metadata = {
+        **record.metadata,
+        "status": ClarificationStatus.ANSWERED.value,
+        "agent_disconnected": True,
+        "requests_input": False,
+        "response": response,
+    }
+    for unused in ("waiter_id", "waiter_instance"):
+        metadata.pop(unused)
+    decided = replace(record, metadata=metadata)
+    await _INSERT_ROW.many(conn, [_row_values(decided)])
+    return decided
 
 
 # PostgreSQL, a one-question ask in the common case as one statement: what `_ASK_CONTEXT` reads, and,
@@ -401,7 +421,7 @@ async def ask_context_inserting(
     *,
     session_id: str,
     pending_id: str,
-    questions: Sequence[QuestionSpec],
+    questions: Sequence[Spec],
     context: str | None,
     signature: str,
     waiter_id: str,

@@ -23,6 +23,7 @@ from backend.domain.lifecycle import (
     Claim,
     bundle_turn,
 )
+from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import clarifications as repo
 from backend.repository import instances
 from backend.services.bounded import bounded
@@ -129,10 +130,12 @@ class PendingActionsBase:
             authorize(bundle.task_id, bundle.session_id)
         return bundle
 
-    async def active_bundles(self, session_ids: Sequence[str]) -> dict[str, Bundle]:
-        """session_id -> its newest active bundle; two statements for the whole batch."""
+    async def active_bundles(
+        self, session_ids: Sequence[str], kind: PendingActionKind = PendingActionKind.CLARIFICATION
+    ) -> dict[str, Bundle]:
+        """session_id -> its newest active bundle of this kind; two statements for the whole batch."""
         async with self.deps.db.read() as conn:
-            by_session = await repo.active_pending_ids_for_sessions(conn, session_ids)
+            by_session = await repo.active_pending_ids_for_sessions(conn, session_ids, MESSAGE_TYPES[kind])
             wanted = [ids[0] for ids in by_session.values()]
             facts = await repo.bundle_facts(conn, wanted)
             out: dict[str, Bundle] = {}

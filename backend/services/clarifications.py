@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,8 +28,10 @@ from backend.domain.lifecycle import (
     BundleState,
     Claim,
     Closed,
+    Decided,
     Detached,
     Rejected,
+    Spec,
     WaitOutcome,
     bundle_signature,
     validate_questions,
@@ -80,17 +82,38 @@ class Clarifications(Responding):
             raise InvalidInput("timeoutSeconds", "must be greater than 0")
         return min(float(timeout_seconds), limit)
 
-    async def ask(
+    def ask(
         self,
         session_id: str,
         questions: Sequence[dict[str, Any]],
         context: str | None,
         timeout_seconds: float | None = None,
     ) -> AsyncGenerator[WaitOutcome, None]:
-        """Yields `Asked`, then exactly one of Answered / Rejected / Detached / Closed."""
+        """Yields `Asked`, then exactly one of Answered / Rejected / Detached / Closed. Invalid
+        questions raise InvalidInput here, before anything is written."""
         specs = validate_questions(questions, context)
-        timeout = self.wait_seconds(timeout_seconds)
-        signature = bundle_signature(specs, context)
+        wait_seconds = self.wait_seconds(timeout_seconds)
+        return self.ask_specs(session_id, specs, context, bundle_signature(specs, context), wait_seconds)
+
+    async def ask_specs(
+        self,
+        session_id: str,
+        specs: Sequence[Spec],
+        context: str | None,
+        signature: str,
+        wait_seconds: float,
+        *,
+        decided: Callable[[], Awaitable[Decided | None]] | None = None,
+    ) -> AsyncGenerator[WaitOutcome, None]:
+        """The ask of every kind of pending action (validated specs: questions, or one permission
+        request): yields `Asked`, then exactly one of Answered / Rejected / Detached / Closed.
+        `decided`: what may decide the action as it is asked (a remembered rule); when it does, the
+        ask yields only its `Decided` and waits for nobody."""
+        if decided is not None:
+            outcome = await decided()
+            if outcome is not None:
+                yield outcome
+                return
         # Registered before the write, so a hand-off for the new bundle always finds its waiter.
         waiter = self.hub.register(session_id)
         asked: dict[str, Any] | None = None
@@ -102,7 +125,7 @@ class Clarifications(Responding):
             # log line never delays it; likewise "delivered" below.
             log.info(asked.pop("message"), extra=asked)
             asked = None
-            yield await self._wait(waiter, timeout, delivered)
+            yield await self._wait(waiter, wait_seconds, delivered)
         finally:
             if asked is not None:  # the agent went away right after it was sent `Asked`
                 log.info(asked.pop("message"), extra=asked)
@@ -128,7 +151,7 @@ class Clarifications(Responding):
                 await self._bounded(self._detach(waiter, "disconnect"))
 
     async def _create_or_attach(
-        self, waiter: Waiter, specs: Any, context: str | None, signature: str
+        self, waiter: Waiter, specs: Sequence[Spec], context: str | None, signature: str
     ) -> tuple[Bundle, dict[str, Any]]:
         """The bundle asked (or re-attached to), and its log line (the message and its fields)."""
         session_id = waiter.session_id
@@ -206,8 +229,9 @@ class Clarifications(Responding):
         bundle = present(bundle, f"bundle {pending_id} just written")
         self._remember_session(pending_id, session_id)
         return bundle, {
-            "message": "clarification asked" if reused is None else "clarification re-attached",
+            "message": f"{bundle.kind.value} asked" if reused is None else f"{bundle.kind.value} re-attached",
             "event": "clarification.asked" if reused is None else "clarification.attached",
+            "kind": bundle.kind.value,
             "pending_id": pending_id,
             "session_id": session_id,
             "turn_id": turn_id,
@@ -348,7 +372,7 @@ class Clarifications(Responding):
         await self.hub.confirm(reply_to, claim.claim_id, True)
         await flush(self.deps, work)
         if claim.rejected:
-            return Rejected(claim.pending_id)
+            return Rejected(claim.pending_id, claim.answers)
         return Answered(claim.pending_id, claim.answers)
 
     async def _finalize(self, claim: Claim) -> tuple[bool, Work]:

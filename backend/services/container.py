@@ -16,6 +16,7 @@ from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
+from backend.services.permissions import Permissions
 from backend.services.prompt_channel import PromptChannel
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
@@ -50,6 +51,7 @@ class Services:
     prompts: PromptChannel
     waiters: WaiterHub
     clarifications: Clarifications
+    permissions: Permissions
     recovery: Recovery
     orchestrator: Orchestrator
     watchdogs: Watchdogs
@@ -79,6 +81,13 @@ class Services:
             ]
 
         prompts.take_inbox = take_inbox
+        clarifications = Clarifications(
+            deps,
+            waiters,
+            resumer=inbox,
+            refresh_summaries=summaries.refresh,
+            primary_answer_notifier=watchdogs.arm,
+        )
         return cls(
             deps=deps,
             operations=Operations(deps, reservations=orchestrator),
@@ -88,13 +97,9 @@ class Services:
             live=LiveHub(deps, summaries),
             prompts=prompts,
             waiters=waiters,
-            clarifications=Clarifications(
-                deps,
-                waiters,
-                resumer=inbox,
-                refresh_summaries=summaries.refresh,
-                primary_answer_notifier=watchdogs.arm,
-            ),
+            clarifications=clarifications,
+            # The same lifecycle, for the permission kind.
+            permissions=Permissions(clarifications),
             recovery=recovery,
             orchestrator=orchestrator,
             watchdogs=watchdogs,

@@ -24,6 +24,7 @@ from backend import faults
 from backend.db.engine import utcnow
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
+from backend.domain.permissions import PERMISSION_KEY, Decision, request_of
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import claims, instances, reservations, runners, tasks, turns
@@ -43,9 +44,24 @@ class _Delegate(Exception):
     """An agent holds the channel (or a reservation is in flight): dispatch as usual."""
 
 
-def rendered_answers(rows: Sequence[dict[str, Any]], answers: Sequence[Answer]) -> list[dict[str, Any]]:
-    """Per question, in order: its id, text, header, the labels chosen and the custom text."""
-    by_question = {a.question_id: a for a in answers}
+def rendered_answers(
+    rows: Sequence[dict[str, Any]], answers: Sequence[Answer | Decision]
+) -> list[dict[str, Any]]:
+    """Per question, in order: its id, text, header, the labels chosen and the custom text. A
+    permission request: its tool request and the decision as the agent reads it."""
+    request = request_of(rows[0]) if rows else None
+    if request is not None:
+        decisions = [a for a in answers if isinstance(a, Decision)]
+        return [
+            {
+                "question_id": PERMISSION_KEY,
+                "tool_name": request.get("tool_name"),
+                "input": request.get("input"),
+                "tool_use_id": request.get("tool_use_id"),
+                "decision": decisions[0].for_agent() if decisions else None,
+            }
+        ]
+    by_question = {a.question_id: a for a in answers if isinstance(a, Answer)}
     out: list[dict[str, Any]] = []
     for md in rows:
         raw = md.get("question")

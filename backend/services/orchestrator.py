@@ -35,6 +35,7 @@ from backend.config import Settings
 from backend.domain.errors import InvalidState, NotFound
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
+from backend.domain.permissions import Decision
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.executors.base import DispatchOutcome, DispatchResult, Executor, PromptRequest
@@ -177,7 +178,7 @@ class Orchestrator:
         source_turn_id: str,
         pending_id: str,
         message_ids: Sequence[str],
-        answers: Sequence[Answer],
+        answers: Sequence[Answer | Decision],
         claim_id: str | None,
         origin: str,
     ) -> ResumeOutcome:
@@ -245,7 +246,7 @@ class Orchestrator:
         source_turn_id: str,
         pending_id: str,
         message_ids: Sequence[str],
-        answers: Sequence[Answer],
+        answers: Sequence[Answer | Decision],
         claim_id: str | None,
         origin: str,
     ) -> ResumeOutcome:
@@ -364,7 +365,7 @@ class Orchestrator:
         source_turn_id: str,
         pending_id: str,
         message_ids: Sequence[str],
-        answers: Sequence[Answer],
+        answers: Sequence[Answer | Decision],
         claim_id: str | None,
         origin: str,
     ) -> str:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
 from backend.db.health import is_outage
@@ -33,6 +35,8 @@ from backend.domain.lifecycle import (
     decide_response,
     validate_answers,
 )
+from backend.domain.permissions import Decision
+from backend.domain.states import PendingActionKind
 from backend.repository import claims, instances, tasks
 from backend.repository import clarifications as repo
 from backend.services.bundles import Authorize, PendingActionsBase
@@ -41,6 +45,11 @@ from backend.services.uow import Work, flush, uow
 
 log = logging.getLogger("turnwise.clarification")
 T = TypeVar("T")
+
+
+# What a person sent, checked against the bundle it answers: the responses keyed by row.
+Check = Callable[[Bundle], Mapping[str, Answer | Decision]]
+OnClaimed = Callable[[AsyncConnection, Bundle, Mapping[str, Answer | Decision]], Awaitable[None]]
 
 
 class Responding(PendingActionsBase):
@@ -54,10 +63,38 @@ class Responding(PendingActionsBase):
         rejected: bool,
         authorize: Authorize,
     ) -> RespondOutcome:
+        """Answer (or, rejected, skip) a clarification."""
+        return await self.respond_with(
+            pending_id,
+            PendingActionKind.CLARIFICATION,
+            lambda bundle: validate_answers(bundle, answers, rejected=rejected),
+            rejected=rejected,
+            authorize=authorize,
+        )
+
+    async def respond_with(
+        self,
+        pending_id: str,
+        kind: PendingActionKind,
+        check: Check,
+        *,
+        rejected: bool,
+        authorize: Authorize,
+        on_claimed: OnClaimed | None = None,
+    ) -> RespondOutcome:
+        """The respond of every kind of pending action: `check` turns what the person sent into the
+        bundle's responses keyed by row (or raises InvalidInput, writing nothing); `on_claimed` writes
+        what else the response decides (a remembered rule) in the claim's own transaction."""
         attempt: list[Claim] = []  # the claim this respond wrote, should its COMMIT's reply be lost
         try:
             return await self._respond(
-                pending_id, answers, rejected=rejected, authorize=authorize, attempt=attempt
+                pending_id,
+                kind,
+                check,
+                rejected=rejected,
+                authorize=authorize,
+                attempt=attempt,
+                on_claimed=on_claimed,
             )
         except Exception as exc:
             if not is_outage(exc):
@@ -73,11 +110,13 @@ class Responding(PendingActionsBase):
     async def _respond(
         self,
         pending_id: str,
-        answers: Sequence[Answer],
+        kind: PendingActionKind,
+        check: Check,
         *,
         rejected: bool,
         authorize: Authorize,
         attempt: list[Claim],
+        on_claimed: OnClaimed | None,
     ) -> RespondOutcome:
         known = self._session_of.get(pending_id)
         async with uow(self.deps, [known] if known else [], hold=True, hold_summary=known is not None) as w:
@@ -87,15 +126,15 @@ class Responding(PendingActionsBase):
             else:
                 session_id, locked = await repo.lock_session_of_bundle(conn, pending_id)
                 if session_id is None:
-                    raise NotFound("clarification", pending_id)
+                    raise NotFound(kind.value, pending_id)
                 if locked:
                     w.locked_by_read(session_id)
                     w.summary_held(session_id)
                 else:
                     await w.lock([session_id])
             bundle = await self._load(conn, pending_id)
-            if bundle is None:
-                raise NotFound("clarification", pending_id)
+            if bundle is None or bundle.kind != kind:  # another kind's pending id is unknown here
+                raise NotFound(kind.value, pending_id)
             if bundle.session_id != session_id:
                 raise BrokenInvariant(f"bundle {pending_id} moved from session {session_id}")
             self._remember_session(pending_id, bundle.session_id)
@@ -103,7 +142,7 @@ class Responding(PendingActionsBase):
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:
                 return Conflict(pending_id, present(decision.conflict, "conflict reason"), bundle)
-            valid = validate_answers(bundle, answers, rejected=rejected)
+            valid = check(bundle)
             live = decision.action == RespondAction.DELIVER_LIVE
             claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
             if claim_id is not None and bundle.turn_id is not None:
@@ -132,6 +171,8 @@ class Responding(PendingActionsBase):
             )
             if not claimed:  # cannot happen under the lock; kept so a lost claim is never a success
                 return Conflict(pending_id, ConflictReason.DELIVERY_CLAIMED, bundle)
+            if on_claimed is not None:
+                await on_claimed(conn, bundle, valid)
             if claim_id is None:
                 # A persisted rejection is final at once: the session no longer waits for it.
                 await tasks.mark_running_when_unblocked(conn, session_id)

@@ -1,0 +1,213 @@
+"""`approve_tool_use` on `/mcp`: Claude Code's permission prompt tool (`--permission-prompt-tool`).
+
+Claude Code calls the tool with `{tool_name, input, tool_use_id}` before it runs a tool that needs
+permission, and reads the text content of the result as JSON: `{"behavior": "allow", "updatedInput":
+{...}}` runs the tool with that input, `{"behavior": "deny", "message": "..."}` does not. The request
+is a pending action of kind `permission` (the same lifecycle as `ask_user_question`). When nobody
+decides within the wait, the tool denies for now and says the request stays open: a later ALLOW
+reaches the agent as a resume prompt, or through `wait_for_answer(pending_id)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+from mcp import types
+
+from backend.domain import lifecycle as lc
+from backend.domain.errors import BrokenInvariant, InvalidInput, present
+from backend.domain.lifecycle import Bundle, BundleState
+from backend.domain.permissions import ALLOW, DENY, Decision, decision_from_response, request_of
+from backend.domain.states import ClarificationStatus
+from backend.services.container import Services
+
+APPROVE_ARGUMENTS = ("tool_name", "input", "tool_use_id", "session_id", "context", "timeout_seconds")
+CLAIM_POLL_SECONDS = 0.05
+
+
+def approve_tool(timeout_schema: dict[str, Any]) -> types.Tool:
+    return types.Tool(
+        name="approve_tool_use",
+        description=(
+            "Ask the person working with you to allow a tool call before you make it (Claude Code: "
+            "--permission-prompt-tool mcp__turnwise__approve_tool_use). The result's text is JSON: "
+            '{"behavior": "allow", "updatedInput": {...}} (run the tool with that input) or '
+            '{"behavior": "deny", "message": "..."}. With no decision in time it denies for now and '
+            "the request stays open; call wait_for_answer with its pending_id later."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "tool_name": {"type": "string", "description": "The tool you want to run."},
+                "input": {"description": "The tool's input, as you would run it."},
+                "tool_use_id": {"type": "string", "description": "Your id of this tool call."},
+                "session_id": {"type": "string", "description": "Needed only with a user or admin token."},
+                "context": {"type": "string", "description": "Why you need it; shown with the request."},
+                "timeout_seconds": timeout_schema,
+            },
+            "required": ["tool_name", "input"],
+            "additionalProperties": False,
+        },
+    )
+
+
+DETACHED = (
+    "No decision yet: the person has not answered, so do not run this tool now. The request stays "
+    'open for them; continue with other work if you can, and call wait_for_answer with pending_id "{}" '
+    "later to learn the decision."
+)
+CLOSED = (
+    "The request was closed without a decision (a newer turn superseded it, or it was cancelled or "
+    "expired). Do not run this tool; ask again if you still need it."
+)
+DELIVERED = "This decision was already delivered to you earlier; it is not repeated."
+
+
+def decided_result(pending_id: str, decision: Decision) -> types.CallToolResult:
+    """Exactly the JSON Claude Code reads, as the text; status and pending id beside it."""
+    verdict = decision.for_agent()
+    structured: dict[str, Any] = {
+        "status": "allowed" if decision.allowed else "denied",
+        "pending_id": pending_id,
+        **verdict,
+    }
+    if decision.auto:
+        structured["auto"] = True
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(verdict, ensure_ascii=False))],
+        structuredContent=structured,
+    )
+
+
+def deny_result(pending_id: str, status: str, message: str) -> types.CallToolResult:
+    verdict = {"behavior": DENY, "message": message}
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(verdict, ensure_ascii=False))],
+        structuredContent={"status": status, "pending_id": pending_id, **verdict},
+    )
+
+
+def delivered_result(pending_id: str) -> types.CallToolResult:
+    """An ALLOW reaches the agent once: asked again, it is not repeated (nor turned into a deny)."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=DELIVERED)],
+        structuredContent={"status": "delivered", "pending_id": pending_id},
+    )
+
+
+def _decision(answers: tuple[Any, ...], pending_id: str) -> Decision:
+    for a in answers:
+        if isinstance(a, Decision):
+            return a
+    raise BrokenInvariant(f"permission {pending_id} was decided without a decision")
+
+
+class Approvals:
+    """The tool's calls; `session_for` resolves and authorizes the session as for the other tools."""
+
+    def __init__(
+        self,
+        services: Services,
+        *,
+        only: Callable[[dict[str, Any], tuple[str, ...], str, str], None],
+        text: Callable[..., str | None],
+        timeout: Callable[[dict[str, Any]], float | None],
+        session_for: Callable[[Any, Any], Awaitable[str]],
+    ) -> None:
+        self.services = services
+        self._only = only
+        self._text = text
+        self._timeout = timeout
+        self._session_for = session_for
+
+    async def approve_tool_use(self, principal: Any, args: dict[str, Any]) -> types.CallToolResult:
+        self._only(args, APPROVE_ARGUMENTS, "", "approve_tool_use")
+        tool_name = self._text(args, "tool_name", "tool_name", required=True)
+        if "input" not in args:
+            raise InvalidInput("input", "is required")
+        tool_use_id = self._text(args, "tool_use_id", "tool_use_id", required=False)
+        context = self._text(args, "context", "context", required=False)
+        seconds = self._timeout(args)
+        session_id = await self._session_for(principal, args.get("session_id"))
+        stream = self.services.permissions.ask(
+            session_id, tool_name, args["input"], tool_use_id, context, seconds
+        )
+        return await self._outcome_of(stream)
+
+    async def _outcome_of(self, stream: AsyncGenerator[lc.WaitOutcome, None]) -> types.CallToolResult:
+        pending_id: str | None = None
+        try:
+            async for outcome in stream:
+                if isinstance(outcome, lc.Asked):
+                    pending_id = outcome.bundle.pending_id
+                    continue
+                if isinstance(outcome, lc.Decided):
+                    return decided_result(outcome.pending_id, _decision(outcome.answers, outcome.pending_id))
+                if pending_id is None:
+                    raise BrokenInvariant("the permission stream ended before it asked")
+                if isinstance(outcome, lc.Answered | lc.Rejected):
+                    return decided_result(pending_id, _decision(outcome.answers, pending_id))
+                if isinstance(outcome, lc.Detached):
+                    return deny_result(pending_id, "detached", DETACHED.format(pending_id))
+                return deny_result(pending_id, "closed", CLOSED)
+        finally:
+            await stream.aclose()
+        raise RuntimeError("the permission stream ended without an outcome")
+
+    async def wait(self, bundle: Bundle, wait_seconds: float) -> types.CallToolResult:
+        """`wait_for_answer` on a permission's pending id: a late decision at once (only once), or a
+        wait again while the request is open."""
+        pending_id = bundle.pending_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_seconds
+        lifecycle = self.services.clarifications
+        while True:
+            queued = await self.services.inbox.for_bundle(pending_id)
+            if queued is not None:
+                return await self._from_inbox(bundle.session_id, pending_id, *queued)
+            found = await lifecycle.bundle(pending_id, authorize=lambda _t, _s: None)
+            if found is None:
+                return deny_result(pending_id, "closed", CLOSED)
+            state = found.state
+            if state in (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED):
+                request = present(request_of(found.rows[0].metadata), f"tool request of {pending_id}")
+                remaining = max(deadline - loop.time(), 0.001)
+                # The same request asked again re-attaches to it (its signature is the same).
+                stream = self.services.permissions.ask(
+                    found.session_id,
+                    request.get("tool_name"),
+                    request.get("input"),
+                    request.get("tool_use_id"),
+                    found.context,
+                    remaining,
+                )
+                return await self._outcome_of(stream)
+            if state == BundleState.DELIVERY_CLAIMED and loop.time() < deadline:
+                await asyncio.sleep(CLAIM_POLL_SECONDS)
+                continue
+            if state == BundleState.DELIVERY_CLAIMED:
+                return deny_result(pending_id, "detached", DETACHED.format(pending_id))
+            row = found.rows[0]
+            decision = decision_from_response(row.metadata.get("response"))
+            if state == BundleState.TERMINAL and decision is not None:
+                if row.status == ClarificationStatus.REJECTED:
+                    return decided_result(pending_id, decision)  # a denial is final: said again
+                if decision.behavior == ALLOW:
+                    return delivered_result(pending_id)
+            return deny_result(pending_id, "closed", CLOSED)
+
+    async def _from_inbox(
+        self, session_id: str, pending_id: str, item: Any, deliverable: bool
+    ) -> types.CallToolResult:
+        if item.delivered_at is None:
+            taken = await self.services.inbox.take(session_id, via="mcp", pending_id=pending_id)
+            if taken:
+                verdict = (taken[0].answers or [{}])[0].get("decision") or {}
+                decision = Decision(ALLOW, updated_input=verdict.get("updatedInput"))
+                return decided_result(pending_id, decision)
+            if not deliverable:
+                return deny_result(pending_id, "closed", CLOSED)
+        return delivered_result(pending_id)

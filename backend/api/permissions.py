@@ -1,0 +1,326 @@
+"""The approval surface: askPermission (the live waiter), respondToPermission, rules, reads.
+
+The same lifecycle as a clarification (`services/clarifications.py`, kind `permission`); results
+share the clarification's conflict and delivery-failure types, so a client handles a stale or
+undeliverable decision the same way for both kinds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import AsyncGenerator
+from typing import Annotated, Any, cast
+
+import strawberry
+from strawberry.scalars import JSON
+from strawberry.types import Info
+
+from backend import metrics
+from backend.api.access import require_session_agent, require_task_answer, require_task_read
+from backend.api.clarifications import (
+    ClarificationConflict,
+    ClarificationDeliveryFailed,
+    count_outcome,
+    count_respond,
+)
+from backend.api.context import Context
+from backend.domain import lifecycle as lc
+from backend.domain.errors import BrokenInvariant, NotFound, present
+from backend.domain.lifecycle import Bundle
+from backend.domain.lifecycle import BundleState as ClarificationBundleState
+from backend.domain.permissions import Decision, decision_from_response, request_of
+from backend.repository.permission_rules import RuleRecord
+from backend.services.bundles import Authorize
+
+
+@strawberry.enum
+class PermissionBehavior(enum.Enum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+@strawberry.type
+class PermissionDecision:
+    behavior: PermissionBehavior
+    updated_input: JSON | None = strawberry.field(
+        description="ALLOW: the input the tool must run with (the person may have edited it)."
+    )
+    message: str | None = strawberry.field(description="DENY: why, shown to the agent.")
+    remember: bool = strawberry.field(description="ALLOW: also created a rule for this session.")
+    auto: bool = strawberry.field(description="Decided by a remembered rule, without asking anyone.")
+
+    @classmethod
+    def of(cls, d: Decision) -> PermissionDecision:
+        return cls(
+            behavior=PermissionBehavior(d.behavior),
+            updated_input=d.updated_input if d.allowed else None,
+            message=d.message,
+            remember=d.remember,
+            auto=d.auto,
+        )
+
+
+@strawberry.type(description="A tool call an agent asked to make, with its derived state.")
+class PermissionRequest:
+    pending_id: strawberry.ID
+    session_id: strawberry.ID
+    task_id: strawberry.ID
+    turn_id: strawberry.ID | None
+    state: ClarificationBundleState
+    tool_name: str
+    input: JSON
+    tool_use_id: str | None
+    context: str | None
+    agent_disconnected: bool
+    decision: PermissionDecision | None
+
+    @classmethod
+    def of(cls, b: Bundle) -> PermissionRequest:
+        row = b.rows[0]
+        request = present(request_of(row.metadata), f"tool request of {b.pending_id}")
+        decision = decision_from_response(row.metadata.get("response"))
+        tool_use_id = request.get("tool_use_id")
+        return cls(
+            pending_id=strawberry.ID(b.pending_id),
+            session_id=strawberry.ID(b.session_id),
+            task_id=strawberry.ID(b.task_id),
+            turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
+            state=ClarificationBundleState(b.state.value),
+            tool_name=str(request.get("tool_name") or ""),
+            input=cast(JSON, request.get("input")),
+            tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
+            context=b.context,
+            agent_disconnected=row.metadata.get("agent_disconnected") is True,
+            decision=None if decision is None else PermissionDecision.of(decision),
+        )
+
+
+@strawberry.type(
+    description="A remembered ALLOW: requests of this session for this tool are allowed at once."
+)
+class PermissionRule:
+    id: strawberry.ID
+    session_id: strawberry.ID
+    tool_name: str
+    input: JSON | None = strawberry.field(description="The one input it allows; null: any input.")
+    created_at: dt.datetime
+
+    @classmethod
+    def of(cls, r: RuleRecord) -> PermissionRule:
+        return cls(
+            id=strawberry.ID(r.id),
+            session_id=strawberry.ID(r.session_id),
+            tool_name=r.tool_name,
+            input=None if r.any_input else r.input,
+            created_at=r.created_at,
+        )
+
+
+# --- outcomes for the agent ---------------------------------------------------------------------
+
+
+@strawberry.type
+class PermissionAsked:
+    request: PermissionRequest
+
+
+@strawberry.type(description="The decision, for the agent: run the tool with updatedInput, or do not.")
+class PermissionDecided:
+    pending_id: strawberry.ID
+    decision: PermissionDecision
+
+
+@strawberry.type(description="No decision within the wait: deny for now; the request stays open.")
+class PermissionDetached:
+    pending_id: strawberry.ID
+
+
+@strawberry.type(description="The request takes no decision any more (cancelled, expired or superseded).")
+class PermissionClosed:
+    pending_id: strawberry.ID
+
+
+PermissionOutcome = Annotated[
+    PermissionAsked | PermissionDecided | PermissionDetached | PermissionClosed,
+    strawberry.union("PermissionOutcome"),
+]
+
+
+def _decided(pending_id: str, answers: tuple[Any, ...]) -> PermissionDecided:
+    decisions = [a for a in answers if isinstance(a, Decision)]
+    if not decisions:
+        raise BrokenInvariant(f"permission {pending_id} was decided without a decision")
+    return PermissionDecided(
+        pending_id=strawberry.ID(pending_id), decision=PermissionDecision.of(decisions[0])
+    )
+
+
+def _outcome(o: lc.WaitOutcome) -> Any:
+    if isinstance(o, lc.Asked):
+        return PermissionAsked(request=PermissionRequest.of(o.bundle))
+    if isinstance(o, lc.Answered | lc.Rejected | lc.Decided):
+        return _decided(o.pending_id, o.answers)
+    if isinstance(o, lc.Detached):
+        return PermissionDetached(pending_id=strawberry.ID(o.pending_id))
+    return PermissionClosed(pending_id=strawberry.ID(o.pending_id))
+
+
+# --- respond results ----------------------------------------------------------------------------
+
+
+@strawberry.type
+class PermissionResponded:
+    request: PermissionRequest
+    resumed: bool
+    queued: bool = strawberry.field(
+        default=False,
+        description="No agent was connected: the decision waits in the session's inbox and reaches the "
+        "agent exactly once when it comes back (agentPrompts, or MCP wait_for_answer).",
+    )
+
+
+RespondToPermissionResult = Annotated[
+    PermissionResponded | ClarificationConflict | ClarificationDeliveryFailed,
+    strawberry.union("RespondToPermissionResult"),
+]
+
+
+def _respond_result(r: lc.RespondOutcome) -> RespondToPermissionResult:
+    count_respond(r)
+    if isinstance(r, lc.Responded):
+        return PermissionResponded(request=PermissionRequest.of(r.bundle), resumed=r.resumed, queued=r.queued)
+    if isinstance(r, lc.Conflict):
+        return ClarificationConflict(pending_id=strawberry.ID(r.pending_id), reason=r.reason, bundle=None)
+    return ClarificationDeliveryFailed(
+        pending_id=strawberry.ID(r.pending_id), retryable=r.retryable, message=r.message
+    )
+
+
+def _answering(principal: Any, what: str, ident: str) -> Authorize:
+    def authorize(task_id: str, _session_id: str | None) -> None:
+        try:
+            require_task_answer(principal, task_id)
+        except NotFound:
+            raise NotFound(what, ident) from None
+
+    return authorize
+
+
+# --- resolvers ----------------------------------------------------------------------------------
+
+
+@strawberry.type
+class PermissionQueries:
+    @strawberry.field(
+        description="One permission request with its derived state; null when unknown or not readable."
+    )
+    async def permission(
+        self, info: Info[Context, None], pending_id: strawberry.ID
+    ) -> PermissionRequest | None:
+        principal = info.context.principal
+        try:
+            bundle = await info.context.services.permissions.request(
+                str(pending_id), authorize=lambda task_id, _s: require_task_read(principal, task_id)
+            )
+        except NotFound:
+            return None
+        return None if bundle is None else PermissionRequest.of(bundle)
+
+    @strawberry.field(description="The session's remembered rules, oldest first.")
+    async def permission_rules(
+        self, info: Info[Context, None], session_id: strawberry.ID
+    ) -> list[PermissionRule]:
+        principal = info.context.principal
+        found = await info.context.services.permissions.rules(
+            str(session_id), authorize=lambda task_id, _s: require_task_read(principal, task_id)
+        )
+        return [PermissionRule.of(r) for r in found]
+
+
+@strawberry.type
+class PermissionMutations:
+    @strawberry.mutation(
+        description="Allow (maybe with an edited input, maybe remembered for this session) or deny (maybe "
+        "with a reason) a tool call; one result per request state, like respondToClarification."
+    )
+    async def respond_to_permission(
+        self,
+        info: Info[Context, None],
+        pending_id: strawberry.ID,
+        behavior: PermissionBehavior,
+        updated_input: JSON | None = strawberry.UNSET,
+        message: str | None = None,
+        remember: bool = False,
+        remember_any_input: Annotated[
+            bool,
+            strawberry.argument(
+                description="With remember: the rule allows any input of this tool, not only this one."
+            ),
+        ] = False,
+    ) -> RespondToPermissionResult:
+        principal = info.context.principal
+        has_input = updated_input is not strawberry.UNSET and updated_input is not None
+        result = await info.context.services.permissions.respond(
+            str(pending_id),
+            behavior.value,
+            updated_input=updated_input if has_input else None,
+            has_updated_input=has_input,
+            message=message,
+            remember=remember,
+            remember_any_input=remember_any_input,
+            decided_by=principal.user_id,
+            authorize=_answering(principal, "permission", str(pending_id)),
+        )
+        return _respond_result(result)
+
+    @strawberry.mutation(description="Forget a remembered rule; false when there is no such rule.")
+    async def revoke_permission_rule(self, info: Info[Context, None], rule_id: strawberry.ID) -> bool:
+        principal = info.context.principal
+        return await info.context.services.permissions.revoke(
+            str(rule_id), authorize=_answering(principal, "permission rule", str(rule_id))
+        )
+
+
+@strawberry.type
+class PermissionSubscriptions:
+    @strawberry.subscription(
+        description="Ask the session's user to allow a tool call: yields PermissionAsked, then waits for "
+        "exactly one of Decided / Detached (timeout: deny for now) / Closed; or PermissionDecided at "
+        "once when a remembered rule allows it. Disconnecting detaches."
+    )
+    async def ask_permission(
+        self,
+        info: Info[Context, None],
+        session_id: strawberry.ID,
+        tool_name: str,
+        input: JSON,
+        tool_use_id: str | None = None,
+        context: str | None = None,
+        timeout_seconds: Annotated[
+            float | None,
+            strawberry.argument(
+                description="Seconds to wait for a decision before PermissionDetached (more than 0). Null "
+                "or left out: the longest wait the server allows (TURNWISE_MAX_WAIT_SECONDS)."
+            ),
+        ] = None,
+    ) -> AsyncGenerator[PermissionOutcome, None]:
+        principal = info.context.principal
+        if not (principal.role == "agent" and principal.session_id == str(session_id)):
+            session = await info.context.services.reads.session(str(session_id))
+            require_session_agent(principal, session.id, session.task_id)
+        stream = info.context.services.permissions.ask(
+            str(session_id), tool_name, input, tool_use_id, context, timeout_seconds
+        )
+        waiting = False
+        try:
+            async for outcome in stream:
+                count_outcome(outcome)
+                if not waiting and isinstance(outcome, lc.Asked):
+                    waiting = True
+                    metrics.LIVE_WAITERS.inc()
+                yield _outcome(outcome)
+        finally:
+            await stream.aclose()
+            if waiting:
+                metrics.LIVE_WAITERS.dec()

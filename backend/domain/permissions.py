@@ -1,0 +1,245 @@
+"""Permission requests as pure rules: an agent asks to use a tool, a person allows or denies it.
+
+A permission request is a pending action of kind `permission`: a bundle of one row (message type
+`permission_request`) with the same lifecycle as a clarification's questions (`domain.lifecycle`).
+The person's decision takes the place of a question's answer: a `Decision` is keyed like an answer
+(`question_id`), written as the row's `response`, handed to a live waiter or turned into a resume
+prompt. A denial takes the path of a skipped question (rejected: final, never a resume).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from backend.domain.errors import InvalidInput
+from backend.domain.names import plain_name
+from backend.domain.states import MESSAGE_KIND_PERMISSION
+
+# The one row of a permission bundle answers under this key (what a question's id is to its answer).
+PERMISSION_KEY = "permission"
+MAX_TOOL_NAME = 200
+MAX_TOOL_USE_ID = 200
+MAX_INPUT_BYTES = 64_000
+MAX_MESSAGE = 4_000
+MAX_CONTEXT = 4_000
+ALLOW = "allow"
+DENY = "deny"
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _json_value(field_name: str, value: Any) -> Any:
+    """A JSON value as it will be stored, or InvalidInput: finite numbers, string keys, bounded size."""
+    try:
+        text = canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(field_name, f"must be a JSON value ({exc})") from None
+    if "\\u0000" in text:
+        raise InvalidInput(field_name, "must not contain NUL characters")
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise InvalidInput(field_name, "must be valid Unicode text (no lone surrogates)") from None
+    if size > MAX_INPUT_BYTES:
+        raise InvalidInput(field_name, f"must be at most {MAX_INPUT_BYTES} bytes of JSON")
+    return json.loads(text)
+
+
+def json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionSpec:
+    """What the agent asks to run: the tool, its input, and the agent's own id of the call."""
+
+    tool_name: str
+    input: Any
+    tool_use_id: str | None
+
+    message_type = MESSAGE_KIND_PERMISSION
+
+    @property
+    def id(self) -> str:
+        return PERMISSION_KEY
+
+    @property
+    def content(self) -> str:
+        return f"Permission to use {self.tool_name}"
+
+    def row_metadata(self) -> dict[str, Any]:
+        return {
+            "question_id": PERMISSION_KEY,
+            PERMISSION_KEY: {
+                "tool_name": self.tool_name,
+                "input": self.input,
+                "tool_use_id": self.tool_use_id,
+            },
+        }
+
+
+def validate_permission(
+    tool_name: Any, tool_input: Any, tool_use_id: Any, context: str | None
+) -> PermissionSpec:
+    if not isinstance(tool_name, str) or not tool_name.strip():
+        raise InvalidInput("toolName", "is required")
+    if len(tool_name) > MAX_TOOL_NAME:
+        raise InvalidInput("toolName", f"must be at most {MAX_TOOL_NAME} characters")
+    plain_name("toolName", tool_name)
+    if tool_use_id is not None:
+        if not isinstance(tool_use_id, str) or not tool_use_id or len(tool_use_id) > MAX_TOOL_USE_ID:
+            raise InvalidInput("toolUseId", f"must be 1-{MAX_TOOL_USE_ID} characters")
+        plain_name("toolUseId", tool_use_id)
+    if context is not None and len(context) > MAX_CONTEXT:
+        raise InvalidInput("context", f"must be at most {MAX_CONTEXT} characters")
+    return PermissionSpec(tool_name, _json_value("input", tool_input), tool_use_id)
+
+
+def permission_signature(spec: PermissionSpec, context: str | None) -> str:
+    """Identity of "the same request": asking it again while that bundle is active reuses it."""
+    canonical = canonical_json(
+        {
+            "kind": PERMISSION_KEY,
+            "context": context,
+            "tool_name": spec.tool_name,
+            "input": spec.input,
+            "tool_use_id": spec.tool_use_id,
+        }
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def request_of(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tool request a row's metadata holds (None: not a permission row)."""
+    raw = metadata.get(PERMISSION_KEY)
+    return raw if isinstance(raw, dict) else None
+
+
+# --- deciding -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A person's (or a remembered rule's) decision on one permission request."""
+
+    behavior: str  # ALLOW | DENY
+    updated_input: Any = None  # ALLOW: the input the tool runs with
+    message: str | None = None  # DENY: why, for the agent
+    remember: bool = False  # ALLOW: also a rule for this session
+    remember_any_input: bool = False  # the rule matches any input of the tool, not only this one
+    auto: bool = False  # decided by a rule, nobody asked
+    rule_id: str | None = None
+
+    @property
+    def question_id(self) -> str:
+        return PERMISSION_KEY
+
+    @property
+    def allowed(self) -> bool:
+        return self.behavior == ALLOW
+
+    def as_response(self) -> dict[str, Any]:
+        return {
+            "behavior": self.behavior,
+            "updated_input": self.updated_input,
+            "message": self.message,
+            "remember": self.remember,
+            "remember_any_input": self.remember_any_input,
+            "auto": self.auto,
+            "rule_id": self.rule_id,
+        }
+
+    def for_agent(self) -> dict[str, Any]:
+        """Exactly what Claude Code's permission prompt tool returns (`--permission-prompt-tool`)."""
+        if self.allowed:
+            return {"behavior": ALLOW, "updatedInput": self.updated_input}
+        return {"behavior": DENY, "message": self.message or "The person denied this tool call."}
+
+
+def decision_from_response(raw: Any) -> Decision | None:
+    if not isinstance(raw, dict) or raw.get("behavior") not in (ALLOW, DENY):
+        return None
+    message = raw.get("message")
+    rule_id = raw.get("rule_id")
+    return Decision(
+        behavior=str(raw["behavior"]),
+        updated_input=raw.get("updated_input"),
+        message=message if isinstance(message, str) else None,
+        remember=raw.get("remember") is True,
+        remember_any_input=raw.get("remember_any_input") is True,
+        auto=raw.get("auto") is True,
+        rule_id=rule_id if isinstance(rule_id, str) else None,
+    )
+
+
+def validate_decision(
+    request: Mapping[str, Any],
+    behavior: str,
+    *,
+    updated_input: Any = None,
+    has_updated_input: bool = False,
+    message: str | None = None,
+    remember: bool = False,
+    remember_any_input: bool = False,
+) -> Decision:
+    """The decision on `request` (a row's tool request), or InvalidInput naming the field."""
+    behavior = behavior.lower()
+    if behavior not in (ALLOW, DENY):
+        raise InvalidInput("behavior", "must be ALLOW or DENY")
+    if behavior == DENY:
+        if has_updated_input:
+            raise InvalidInput("updatedInput", "only an ALLOW carries an input")
+        if remember or remember_any_input:
+            raise InvalidInput("remember", "only an ALLOW is remembered")
+        if message is not None and len(message) > MAX_MESSAGE:
+            raise InvalidInput("message", f"must be at most {MAX_MESSAGE} characters")
+        text = message.strip() if message else None
+        return Decision(DENY, message=text or None)
+    if message is not None:
+        raise InvalidInput("message", "only a DENY carries a message")
+    if remember_any_input and not remember:
+        raise InvalidInput("rememberAnyInput", "needs remember: true")
+    original = request.get("input")
+    if has_updated_input:
+        edited = _json_value("updatedInput", updated_input)
+        if json_type(edited) != json_type(original):
+            expected, got = json_type(original), json_type(edited)
+            raise InvalidInput(
+                "updatedInput", f"must be a JSON {expected} like the tool's input, not a {got}"
+            )
+    else:
+        edited = original
+    return Decision(ALLOW, updated_input=edited, remember=remember, remember_any_input=remember_any_input)
+
+
+# --- remembered rules ---------------------------------------------------------------------------
+
+
+def input_key(value: Any) -> str:
+    """What a rule for one exact input compares: the input's canonical JSON, hashed."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+ANY_INPUT = ""  # the input key of a rule that matches any input of its tool
+
+
+def rule_keys(tool_input: Any) -> tuple[str, str]:
+    """The input keys a request with this input matches: its own, and any input."""
+    return (input_key(tool_input), ANY_INPUT)

@@ -1,0 +1,185 @@
+"""`approve_tool_use`, Claude Code's permission prompt tool, driven by the official MCP client against
+a real server, with the decisions taken over GraphQL as the web app takes them. The text result is
+parsed as Claude Code parses it: JSON with `behavior` and `updatedInput` or `message`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.types import CallToolResult
+
+from tests.api.client import Client
+from tests.api.gql import START
+from tests.api.test_mcp import agent_session, mcp_session
+from tests.servers import Server
+
+RESPOND = """mutation($p: ID!, $b: PermissionBehavior!, $i: JSON, $m: String, $r: Boolean!, $any: Boolean!) {
+  respondToPermission(pendingId: $p, behavior: $b, updatedInput: $i, message: $m, remember: $r,
+                      rememberAnyInput: $any) {
+    __typename
+    ... on PermissionResponded { resumed queued request { state decision { behavior auto } } }
+    ... on ClarificationConflict { reason }
+    ... on ClarificationDeliveryFailed { retryable message } } }"""
+ACTIVE = (
+    "query($t: ID!) { taskSessions(taskId: $t) { id activePermission { pendingId state toolName input } } }"
+)
+RULES = "query($s: ID!) { permissionRules(sessionId: $s) { id toolName input } }"
+REVOKE = "mutation($r: ID!) { revokePermissionRule(ruleId: $r) }"
+PERMISSION = (
+    "query($p: ID!) { permission(pendingId: $p) { state decision { behavior message remember auto } } }"
+)
+# What Claude Code sends its permission prompt tool.
+CALL = {
+    "tool_name": "Bash",
+    "input": {"command": "alembic upgrade head", "description": "Migrate staging"},
+    "tool_use_id": "toolu_01A09q90qw90lq917835lq9",
+}
+
+
+def as_claude_code_reads(result: CallToolResult) -> dict[str, Any]:
+    """Claude Code takes the first text content of the result and parses it as JSON."""
+    assert not result.isError, result.content
+    text = getattr(result.content[0], "text", "")
+    verdict = json.loads(text)
+    assert verdict["behavior"] in ("allow", "deny")
+    return dict(verdict)
+
+
+async def respond(admin: Client, pending_id: str, behavior: str, **kw: Any) -> dict[str, Any]:
+    variables = {
+        "p": pending_id,
+        "b": behavior,
+        "i": kw.get("updated_input"),
+        "m": kw.get("message"),
+        "r": kw.get("remember", False),
+        "any": kw.get("any_input", False),
+    }
+    return dict((await admin.execute(RESPOND, variables))["respondToPermission"])
+
+
+async def active_permission(admin: Client, task_id: str, state: str = "ACTIVE_LIVE") -> dict[str, Any]:
+    for _ in range(400):
+        for s in (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]:
+            request = s["activePermission"]
+            if request and request["state"] == state:
+                return dict(request)
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"no permission request reached {state}")
+
+
+async def decided_while_asking(
+    mcp: ClientSession, admin: Client, task_id: str, behavior: str, **kw: Any
+) -> tuple[CallToolResult, dict[str, Any]]:
+    call = asyncio.create_task(mcp.call_tool("approve_tool_use", CALL))
+    request = await active_permission(admin, task_id)
+    assert (request["toolName"], request["input"]) == ("Bash", CALL["input"])
+    decided = await respond(admin, request["pendingId"], behavior, **kw)
+    return await asyncio.wait_for(call, 30), decided
+
+
+@pytest.mark.scenario("S01")
+async def test_claude_code_gets_allow_as_asked_edited_and_deny_with_its_reason(
+    server: Server, admin: Client
+) -> None:
+    task_id, _, token = await agent_session(admin, "approvals")
+    async with mcp_session(server.base_url, token) as mcp:
+        listed = {t.name for t in (await mcp.list_tools()).tools}
+        assert "approve_tool_use" in listed
+        result, decided = await decided_while_asking(mcp, admin, task_id, "ALLOW")
+        assert decided["__typename"] == "PermissionResponded"
+        assert as_claude_code_reads(result) == {"behavior": "allow", "updatedInput": CALL["input"]}
+        assert result.structuredContent is not None
+        assert result.structuredContent["status"] == "allowed"
+
+        edited = {"command": "alembic upgrade head --sql", "description": "Dry run"}
+        result, _ = await decided_while_asking(mcp, admin, task_id, "ALLOW", updated_input=edited)
+        assert as_claude_code_reads(result) == {"behavior": "allow", "updatedInput": edited}
+
+        result, _ = await decided_while_asking(mcp, admin, task_id, "DENY", message="Not on staging")
+        assert as_claude_code_reads(result) == {"behavior": "deny", "message": "Not on staging"}
+        assert result.structuredContent is not None
+        pending_id = result.structuredContent["pending_id"]
+        found = (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]
+        assert found["decision"]["behavior"] == "DENY"
+
+
+async def test_bad_decisions_are_refused_by_field_and_change_nothing(server: Server, admin: Client) -> None:
+    task_id, _, token = await agent_session(admin, "bad decisions")
+    async with mcp_session(server.base_url, token) as mcp:
+        call = asyncio.create_task(mcp.call_tool("approve_tool_use", CALL))
+        request = await active_permission(admin, task_id)
+        pending_id = request["pendingId"]
+        for kw, field in (
+            ({"updated_input": "rm -rf /"}, "updatedInput"),
+            ({"message": "a reason for an allow"}, "message"),
+        ):
+            with pytest.raises(Exception, match=field):
+                await respond(admin, pending_id, "ALLOW", **kw)
+        with pytest.raises(Exception, match="remember"):
+            await respond(admin, pending_id, "DENY", remember=True)
+        assert (await active_permission(admin, task_id))["pendingId"] == pending_id
+        await respond(admin, pending_id, "DENY")
+        assert as_claude_code_reads(await asyncio.wait_for(call, 30))["behavior"] == "deny"
+        refused = await mcp.call_tool("approve_tool_use", {**CALL, "tool": "Bash"})
+        assert refused.isError
+        assert "tool" in getattr(refused.content[0], "text", "")
+
+
+@pytest.mark.scenario("S15")
+async def test_no_decision_in_time_denies_for_now_and_a_late_allow_reaches_the_agent_once(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id, token = await agent_session(admin, "late allow")
+    async with mcp_session(server.base_url, token) as mcp:
+        result = await mcp.call_tool("approve_tool_use", {**CALL, "timeout_seconds": 0.2})
+        verdict = as_claude_code_reads(result)
+        assert verdict["behavior"] == "deny"
+        assert "stays open" in verdict["message"]
+        assert result.structuredContent is not None
+        assert result.structuredContent["status"] == "detached"
+        pending_id = str(result.structuredContent["pending_id"])
+        assert pending_id in verdict["message"]
+        request = await active_permission(admin, task_id, "ACTIVE_DETACHED")
+        assert request["pendingId"] == pending_id
+    late = await respond(admin, pending_id, "ALLOW")
+    assert late["__typename"] == "PermissionResponded"
+    assert late["queued"] is True  # no agent holds the prompt channel: it waits in the inbox
+    async with mcp_session(server.base_url, token) as mcp:
+        first = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id})
+        assert as_claude_code_reads(first) == {"behavior": "allow", "updatedInput": CALL["input"]}
+        second = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id})
+        assert second.structuredContent is not None
+        assert second.structuredContent["status"] == "delivered"
+    # A stale decision: newer work superseded a detached request; the person's ALLOW is refused.
+    async with mcp_session(server.base_url, token) as mcp:
+        stale = await mcp.call_tool("approve_tool_use", {**CALL, "timeout_seconds": 0.2})
+        assert stale.structuredContent is not None
+        stale_id = str(stale.structuredContent["pending_id"])
+    await admin.execute(START, {"s": session_id})
+    conflict = await respond(admin, stale_id, "ALLOW")
+    assert conflict == {"__typename": "ClarificationConflict", "reason": "SUPERSEDED"}
+
+
+async def test_always_allow_decides_the_next_matching_call_at_once_until_revoked(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id, token = await agent_session(admin, "always allow")
+    async with mcp_session(server.base_url, token) as mcp:
+        _, decided = await decided_while_asking(mcp, admin, task_id, "ALLOW", remember=True)
+        assert decided["request"]["decision"] == {"behavior": "ALLOW", "auto": False}
+        (rule,) = (await admin.execute(RULES, {"s": session_id}))["permissionRules"]
+        assert (rule["toolName"], rule["input"]) == ("Bash", CALL["input"])
+        again = await asyncio.wait_for(mcp.call_tool("approve_tool_use", CALL), 30)
+        assert as_claude_code_reads(again) == {"behavior": "allow", "updatedInput": CALL["input"]}
+        assert again.structuredContent is not None
+        assert again.structuredContent["auto"] is True
+        found = (await admin.execute(PERMISSION, {"p": again.structuredContent["pending_id"]}))["permission"]
+        assert found["decision"]["auto"] is True  # in the session's history, naming no person
+        assert (await admin.execute(REVOKE, {"r": rule["id"]}))["revokePermissionRule"] is True
+        assert (await admin.execute(RULES, {"s": session_id}))["permissionRules"] == []
+        result, _ = await decided_while_asking(mcp, admin, task_id, "DENY")
+        assert as_claude_code_reads(result)["behavior"] == "deny"

@@ -1,0 +1,233 @@
+"""Permission requests through the one lifecycle: ask, allow (as asked or edited), deny, detach and
+resume, remembered rules, stale decisions; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import pytest
+
+from backend.db.engine import Database
+from backend.domain import lifecycle as lc
+from backend.domain.errors import InvalidInput, NotFound
+from backend.domain.lifecycle import BundleState, ConflictReason
+from backend.domain.permissions import Decision
+from backend.domain.states import PendingActionKind
+from backend.services.bundles import trusted
+from backend.services.container import Services
+from backend.services.resume import ResumeOutcome
+from tests.lifecycle.support import Agent, ScriptedResumer, new_session, rows, running
+
+BASH = {"command": "alembic upgrade head", "description": "migrate staging"}
+
+
+class ToolAgent:
+    """Drives one askPermission stream like a connected agent."""
+
+    def __init__(self, stream: AsyncGenerator[Any, None]) -> None:
+        self.stream = stream
+        self.first: Any = None
+        self.waiting: asyncio.Task[Any] | None = None
+
+    @classmethod
+    async def ask(cls, svc: Services, session_id: str, tool_input: Any = None, **kw: Any) -> ToolAgent:
+        agent = cls(
+            svc.permissions.ask(
+                session_id, kw.pop("tool_name", "Bash"), BASH if tool_input is None else tool_input, **kw
+            )
+        )
+        agent.first = await agent.stream.__anext__()
+        return agent
+
+    @property
+    def pending_id(self) -> str:
+        if isinstance(self.first, lc.Decided):
+            return self.first.pending_id
+        return str(self.first.bundle.pending_id)
+
+    def wait(self) -> asyncio.Task[Any]:
+        self.waiting = asyncio.create_task(self.stream.__anext__())
+        return self.waiting
+
+    async def outcome(self, seconds: float = 10) -> Any:
+        return await asyncio.wait_for(self.waiting or self.wait(), seconds)
+
+    async def close(self) -> None:
+        if self.waiting is not None and not self.waiting.done():
+            self.waiting.cancel()
+            await asyncio.gather(self.waiting, return_exceptions=True)
+        await self.stream.aclose()
+
+
+async def decide(svc: Services, pending_id: str, behavior: str = "allow", **kw: Any) -> lc.RespondOutcome:
+    return await svc.permissions.respond(pending_id, behavior, decided_by="u1", authorize=trusted, **kw)
+
+
+async def test_a_live_allow_reaches_the_waiting_agent_with_the_input_as_asked(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await ToolAgent.ask(svc, session_id, tool_use_id="toolu_1")
+        assert isinstance(agent.first, lc.Asked)
+        bundle = agent.first.bundle
+        assert bundle.kind == PendingActionKind.PERMISSION
+        assert bundle.state == BundleState.ACTIVE_LIVE
+        (stored,) = await rows(db, agent.pending_id)
+        assert stored["permission"] == {"tool_name": "Bash", "input": BASH, "tool_use_id": "toolu_1"}
+        assert (await svc.reads.session(session_id)).state == "WAITING_FOR_INPUT"
+        assert set(await svc.permissions.active([session_id])) == {session_id}
+        assert await svc.clarifications.active_bundles([session_id]) == {}
+        waiting = agent.wait()
+        result = await decide(svc, agent.pending_id)
+        assert isinstance(result, lc.Responded)
+        outcome = await waiting
+        assert isinstance(outcome, lc.Answered)
+        (decision,) = outcome.answers
+        assert isinstance(decision, Decision)
+        assert decision.for_agent() == {"behavior": "allow", "updatedInput": BASH}
+        (stored,) = await rows(db, agent.pending_id)
+        assert stored["status"] == "answered"
+        assert stored["response"]["behavior"] == "allow"
+        assert (await svc.reads.session(session_id)).state == "RUNNING"
+        await agent.close()
+
+
+async def test_an_edited_allow_carries_the_new_input_and_one_of_another_type_is_refused(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await ToolAgent.ask(svc, session_id)
+        waiting = agent.wait()
+        with pytest.raises(InvalidInput, match="updatedInput"):
+            await decide(svc, agent.pending_id, updated_input=["not", "an", "object"], has_updated_input=True)
+        with pytest.raises(InvalidInput, match="message"):
+            await decide(svc, agent.pending_id, message="allow with a reason?")
+        with pytest.raises(InvalidInput, match="behavior"):
+            await decide(svc, agent.pending_id, "maybe")
+        (stored,) = await rows(db, agent.pending_id)
+        assert stored["status"] == "pending"  # the refusals wrote nothing
+        edited = {"command": "alembic upgrade head --sql"}
+        assert isinstance(
+            await decide(svc, agent.pending_id, updated_input=edited, has_updated_input=True), lc.Responded
+        )
+        outcome = await waiting
+        assert isinstance(outcome, lc.Answered)
+        assert outcome.answers[0].for_agent() == {"behavior": "allow", "updatedInput": edited}  # type: ignore[union-attr]
+        await agent.close()
+
+
+async def test_a_live_deny_tells_the_agent_why(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await ToolAgent.ask(svc, session_id)
+        waiting = agent.wait()
+        with pytest.raises(InvalidInput, match="updatedInput"):
+            await decide(svc, agent.pending_id, "deny", updated_input={}, has_updated_input=True)
+        assert isinstance(await decide(svc, agent.pending_id, "deny", message="not on staging"), lc.Responded)
+        outcome = await waiting
+        assert isinstance(outcome, lc.Rejected)
+        assert outcome.answers[0].for_agent() == {"behavior": "deny", "message": "not on staging"}  # type: ignore[union-attr]
+        (stored,) = await rows(db, agent.pending_id)
+        assert (stored["status"], stored["response"]["message"]) == ("rejected", "not on staging")
+        await agent.close()
+
+
+async def test_a_late_allow_resumes_the_detached_agent_and_a_late_deny_does_not(db: Database) -> None:
+    async with running(db) as svc:
+        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
+        svc.clarifications.resumer = resumer
+        _, session_id = await new_session(svc)
+        agent = await ToolAgent.ask(svc, session_id, timeout_seconds=0.05)
+        assert isinstance(await agent.outcome(), lc.Detached)
+        result = await decide(svc, agent.pending_id)
+        assert isinstance(result, lc.Responded)
+        assert result.resumed
+        (claim,) = resumer.claims
+        assert claim.answers[0].for_agent() == {"behavior": "allow", "updatedInput": BASH}  # type: ignore[union-attr]
+        await agent.close()
+        # A second request, denied late: final at once, nobody resumed (the agent was told "denied").
+        other = await ToolAgent.ask(svc, session_id, {"command": "rm -rf build"}, timeout_seconds=0.05)
+        assert isinstance(await other.outcome(), lc.Detached)
+        denied = await decide(svc, other.pending_id, "deny")
+        assert isinstance(denied, lc.Responded)
+        assert not denied.resumed
+        assert len(resumer.claims) == 1
+        (stored,) = await rows(db, other.pending_id)
+        assert stored["status"] == "rejected"
+        await other.close()
+
+
+async def test_a_remembered_allow_decides_the_next_matching_request_at_once_until_revoked(
+    db: Database,
+) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await ToolAgent.ask(svc, session_id)
+        waiting = agent.wait()
+        with pytest.raises(InvalidInput, match="remember"):
+            await decide(svc, agent.pending_id, "deny", remember=True)
+        assert isinstance(await decide(svc, agent.pending_id, remember=True), lc.Responded)
+        await waiting
+        await agent.close()
+        (rule,) = await svc.permissions.rules(session_id, authorize=trusted)
+        assert (rule.tool_name, rule.input, rule.any_input) == ("Bash", BASH, False)
+        again = await ToolAgent.ask(svc, session_id)
+        assert isinstance(again.first, lc.Decided)
+        assert again.first.answers == (Decision("allow", BASH, auto=True, rule_id=rule.id),)
+        (stored,) = await rows(db, again.pending_id)
+        assert (stored["status"], stored["response"]["auto"]) == ("answered", True)
+        assert (await svc.reads.session(session_id)).state == "RUNNING"
+        await again.close()
+        # Another input of the same tool is not covered by an exact-input rule.
+        other = await ToolAgent.ask(svc, session_id, {"command": "ls"})
+        assert isinstance(other.first, lc.Asked)
+        waiting = other.wait()
+        await decide(svc, other.pending_id, remember=True, remember_any_input=True)
+        await waiting
+        await other.close()
+        anything = await ToolAgent.ask(svc, session_id, {"command": "pwd"})
+        assert isinstance(anything.first, lc.Decided)
+        await anything.close()
+        # Rules never cross sessions.
+        _, elsewhere = await new_session(svc)
+        fresh = await ToolAgent.ask(svc, elsewhere)
+        assert isinstance(fresh.first, lc.Asked)
+        await fresh.close()
+        for r in await svc.permissions.rules(session_id, authorize=trusted):
+            assert await svc.permissions.revoke(r.id, authorize=trusted)
+        assert not await svc.permissions.revoke(rule.id, authorize=trusted)
+        asked = await ToolAgent.ask(svc, session_id)
+        assert isinstance(asked.first, lc.Asked)
+        await asked.close()
+
+
+async def test_a_decision_on_a_superseded_request_is_a_conflict_and_reaches_nobody(db: Database) -> None:
+    async with running(db) as svc:
+        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
+        svc.clarifications.resumer = resumer
+        _, session_id = await new_session(svc)
+        agent = await ToolAgent.ask(svc, session_id, timeout_seconds=0.05)
+        await agent.outcome()
+        await agent.close()
+        await svc.operations.start_turn(session_id)  # newer work: the request is history
+        result = await decide(svc, agent.pending_id)
+        assert isinstance(result, lc.Conflict)
+        assert result.reason == ConflictReason.SUPERSEDED
+        assert resumer.claims == []
+        (stored,) = await rows(db, agent.pending_id)
+        assert stored["status"] == "pending"
+
+
+async def test_each_kind_answers_only_through_its_own_respond(db: Database) -> None:
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        tool = await ToolAgent.ask(svc, session_id)
+        with pytest.raises(NotFound):
+            await svc.clarifications.respond(tool.pending_id, [], rejected=True, authorize=trusted)
+        await tool.close()
+        _, other = await new_session(svc)
+        question = await Agent.ask(svc, other)
+        with pytest.raises(NotFound):
+            await decide(svc, question.pending_id)
+        assert await svc.permissions.request(question.pending_id, authorize=trusted) is None
+        await question.close()
