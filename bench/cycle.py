@@ -2,7 +2,9 @@
 
 One cycle: an agent subscribes `askClarification` over its WebSocket -> `ClarificationAsked` -> a client
 calls `respondToClarification` over keep-alive HTTP -> the agent receives `ClarificationAnswered` (and
-the client its `ClarificationResponded`). With 1 and 50 concurrent agents (one WebSocket each), on
+the client its `ClarificationResponded`). The approval cycle is the same with `askPermission` ->
+`respondToPermission(ALLOW)` -> `PermissionDecided`, on PostgreSQL beside the clarification cycle.
+With 1 and 50 concurrent agents (one WebSocket each), on
 PostgreSQL + Redis (1 and 2 workers) and on SQLite; the floor (`bench/floor.py`: Strawberry, Starlette,
 uvicorn, asyncpg, three commits, no rules) runs in the same process of the bench on PostgreSQL.
 
@@ -62,6 +64,59 @@ RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!) {
     ... on ClarificationResponded { resumed }
     ... on ClarificationConflict { reason } } }"""
 ANSWER = [{"questionId": "q1", "selectedOptionIds": ["q1_opt1"]}]
+# The approval cycle: askPermission -> PermissionAsked -> respondToPermission(ALLOW) -> Decided.
+ASK_PERMISSION = """subscription($s: ID!, $t: String!, $i: JSON!) {
+  askPermission(sessionId: $s, toolName: $t, input: $i) {
+    __typename
+    ... on PermissionAsked { request { pendingId } }
+    ... on PermissionDecided { pendingId }
+    ... on PermissionDetached { pendingId } } }"""
+RESPOND_PERMISSION = """mutation($p: ID!) {
+  respondToPermission(pendingId: $p, behavior: ALLOW) {
+    __typename
+    ... on PermissionResponded { resumed }
+    ... on ClarificationConflict { reason } } }"""
+
+
+@dataclass(frozen=True)
+class CycleKind:
+    """The documents of one kind of ask -> answer cycle and what its outcomes are called."""
+
+    field: str
+    asked: str
+    answered: str
+    result_field: str
+    responded: str
+
+    def ask(self, index: int, n: int, session_id: str) -> tuple[str, dict[str, Any]]:
+        if self.field == "askPermission":
+            return ASK_PERMISSION, {
+                "s": session_id,
+                "t": "Bash",
+                "i": {"command": f"make test # {index}.{n}"},
+            }
+        question = {"prompt": f"agent {index} cycle {n}?", "options": [{"label": "a"}, {"label": "b"}]}
+        return ASK, {"s": session_id, "q": [question]}
+
+    def pending_id(self, asked: dict[str, Any]) -> str:
+        return str((asked.get("bundle") or asked.get("request") or {})["pendingId"])
+
+    def respond(self, pending_id: str) -> tuple[str, dict[str, Any]]:
+        if self.field == "askPermission":
+            return RESPOND_PERMISSION, {"p": pending_id}
+        return RESPOND, {"p": pending_id, "a": ANSWER}
+
+
+CLARIFICATION_CYCLE = CycleKind(
+    "askClarification",
+    "ClarificationAsked",
+    "ClarificationAnswered",
+    "respondToClarification",
+    "ClarificationResponded",
+)
+APPROVAL_CYCLE = CycleKind(
+    "askPermission", "PermissionAsked", "PermissionDecided", "respondToPermission", "PermissionResponded"
+)
 
 CREATE_USER = "mutation($n: String!, $r: String!) { createUser(name: $n, role: $r) { id } }"
 ISSUE = "mutation($u: ID!, $s: ID) { issueToken(userId: $u, sessionId: $s) { token } }"
@@ -194,6 +249,7 @@ async def agent(
     session_id: str,
     responder: GraphQLTransport,
     phases: asyncio.Queue[Phase],
+    cycle: CycleKind = CLARIFICATION_CYCLE,
 ) -> None:
     ws_url = server.base_url.replace("http", "ws", 1) + "/graphql"
     socket = await Connection.open(ws_url, token or None)
@@ -202,25 +258,19 @@ async def agent(
         while (phase := await phases.get()).stop_at:
             while time.monotonic() < phase.stop_at:
                 n += 1
-                question = {
-                    "prompt": f"agent {index} cycle {n}?",
-                    "options": [{"label": "a"}, {"label": "b"}],
-                }
                 try:
                     started = time.perf_counter()
-                    sub = await socket.subscribe(ASK, {"s": session_id, "q": [question]})
-                    asked = (await sub.next(timeout=30))["askClarification"]
+                    sub = await socket.subscribe(*cycle.ask(index, n, session_id))
+                    asked = (await sub.next(timeout=30))[cycle.field]
                     asked_at = time.perf_counter()
-                    if asked["__typename"] != "ClarificationAsked":
-                        raise WireError(f"expected ClarificationAsked, got {asked}")
-                    pending_id = asked["bundle"]["pendingId"]
-                    respond = asyncio.create_task(responder.execute(RESPOND, {"p": pending_id, "a": ANSWER}))
-                    outcome = (await sub.next(timeout=30))["askClarification"]
+                    if asked["__typename"] != cycle.asked:
+                        raise WireError(f"expected {cycle.asked}, got {asked}")
+                    pending_id = cycle.pending_id(asked)
+                    respond = asyncio.create_task(responder.execute(*cycle.respond(pending_id)))
+                    outcome = (await sub.next(timeout=30))[cycle.field]
                     answered_at = time.perf_counter()
-                    result = (await respond)["respondToClarification"]
-                    if outcome["__typename"] != "ClarificationAnswered" or result["__typename"] != (
-                        "ClarificationResponded"
-                    ):
+                    result = (await respond)[cycle.result_field]
+                    if outcome["__typename"] != cycle.answered or result["__typename"] != cycle.responded:
                         raise WireError(f"cycle ended with {outcome} / {result}")
                 except (
                     WireError,
@@ -388,7 +438,9 @@ async def pg_stat_after_quiet(server: Process, dialect: str) -> float:
     return float(await pg_transactions(server.database_url)) if dialect == "postgresql" else 0.0
 
 
-async def open_load(server: Process, dialect: str, agents: int, warmup: float) -> Load:
+async def open_load(
+    server: Process, dialect: str, agents: int, warmup: float, cycle: CycleKind = CLARIFICATION_CYCLE
+) -> Load:
     """Sessions and tokens made, every agent connected, and a warm-up window run (not recorded)."""
     if server.kind == "floor":
         sessions, user_token = [(f"session-{a}", "") for a in range(agents)], ""
@@ -397,7 +449,7 @@ async def open_load(server: Process, dialect: str, agents: int, warmup: float) -
     responder = GraphQLTransport(server.base_url, user_token or None)
     queues: list[asyncio.Queue[Phase]] = [asyncio.Queue() for _ in sessions]
     tasks = [
-        asyncio.create_task(agent(i, server, token or "", session_id, responder, q))
+        asyncio.create_task(agent(i, server, token or "", session_id, responder, q, cycle))
         for i, ((session_id, token), q) in enumerate(zip(sessions, queues, strict=True))
     ]
     load = Load(server, dialect, agents, queues, tasks, responder)
@@ -448,11 +500,12 @@ def ms(seconds: float) -> float:
 
 
 RUNS = (
-    # (label, server kind, dialect, workers)
-    ("floor pg", "floor", "postgresql", 1),
-    ("turnwise pg+redis", "turnwise", "postgresql", 1),
-    ("turnwise pg+redis 2 workers", "turnwise", "postgresql", 2),
-    ("turnwise sqlite", "turnwise", "sqlite", 1),
+    # (label, server kind, dialect, workers, cycle)
+    ("floor pg", "floor", "postgresql", 1, CLARIFICATION_CYCLE),
+    ("turnwise pg+redis", "turnwise", "postgresql", 1, CLARIFICATION_CYCLE),
+    ("turnwise pg+redis approvals", "turnwise", "postgresql", 1, APPROVAL_CYCLE),
+    ("turnwise pg+redis 2 workers", "turnwise", "postgresql", 2, CLARIFICATION_CYCLE),
+    ("turnwise sqlite", "turnwise", "sqlite", 1, CLARIFICATION_CYCLE),
 )
 
 
@@ -468,9 +521,9 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
         ]
         async with contextlib.AsyncExitStack() as stack:
             loads: list[tuple[str, Load]] = []
-            for label, kind, dialect, workers in selected:
+            for label, kind, dialect, workers, cycle in selected:
                 server = await stack.enter_async_context(serving(kind, dialect, workers))
-                load = await open_load(server, dialect, agents, warmup)
+                load = await open_load(server, dialect, agents, warmup, cycle)
                 stack.push_async_callback(load.close)
                 loads.append((label, load))
             for _ in range(rounds):
@@ -545,6 +598,16 @@ def targets(results: dict[str, dict[int, dict[str, Any]]], agent_counts: list[in
             0,
             at_most=True,
         )
+    approvals = results.get("turnwise pg+redis approvals")
+    if approvals:
+        for agents in agent_counts:
+            ratio = approvals[agents]["cycles_per_s"] / pg[agents]["cycles_per_s"]
+            # "within 1.1x of the clarification cycle": at most 1.1 times slower
+            check(
+                f"PG approval cycle vs clarification cycle at {agents} agents >= 1/1.1x",
+                round(ratio, 2),
+                round(1 / 1.1, 2),
+            )
     two = results.get("turnwise pg+redis 2 workers", {}).get(most)
     if two:
         checks.append(

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
+from backend.db.prepared import Prepared
 from backend.db.tables import permission_rules as R
 from backend.domain.ids import new_id
 from backend.domain.permissions import ANY_INPUT, input_key, rule_keys
@@ -41,20 +42,29 @@ def _record(row: Any) -> RuleRecord:
     )
 
 
+# Built once per process: every ask of a permission runs it, in the ask's own transaction.
+_MATCHING = Prepared(
+    select(R)
+    .where(
+        R.c.session_id == bindparam("b_session", type_=R.c.session_id.type),
+        R.c.tool_name == bindparam("b_tool", type_=R.c.tool_name.type),
+        R.c.input_key.in_(
+            [bindparam("b_exact", type_=R.c.input_key.type), bindparam("b_any", type_=R.c.input_key.type)]
+        ),
+    )
+    .order_by(R.c.input_key.desc())  # the exact key (a hash) sorts before "" (any input)
+    .limit(1)
+)
+
+
 async def matching(
     conn: AsyncConnection, session_id: str, tool_name: str, tool_input: Any
 ) -> RuleRecord | None:
     """The session's rule that allows this call, if any (one for this exact input first)."""
     exact, any_input = rule_keys(tool_input)
-    result = await conn.execute(
-        select(R)
-        .where(
-            R.c.session_id == session_id, R.c.tool_name == tool_name, R.c.input_key.in_([exact, any_input])
-        )
-        .order_by(R.c.input_key.desc())  # the exact key (a hash) sorts before "" (any input)
-        .limit(1)
+    row = await _MATCHING.first(
+        conn, {"b_session": session_id, "b_tool": tool_name, "b_exact": exact, "b_any": any_input}
     )
-    row = result.first()
     return None if row is None else _record(row)
 
 

@@ -103,23 +103,23 @@ class Clarifications(Responding):
         signature: str,
         wait_seconds: float,
         *,
-        decided: Callable[[], Awaitable[Decided | None]] | None = None,
+        decided: Callable[[Work], Awaitable[Decided | None]] | None = None,
     ) -> AsyncGenerator[WaitOutcome, None]:
         """The ask of every kind of pending action (validated specs: questions, or one permission
         request): yields `Asked`, then exactly one of Answered / Rejected / Detached / Closed.
-        `decided`: what may decide the action as it is asked (a remembered rule); when it does, the
-        ask yields only its `Decided` and waits for nobody."""
-        if decided is not None:
-            outcome = await decided()
-            if outcome is not None:
-                yield outcome
-                return
+        `decided`: what may decide the action as it is asked (a remembered rule), first in the ask's
+        own unit of work; when it does, the ask yields only its `Decided` and waits for nobody."""
         # Registered before the write, so a hand-off for the new bundle always finds its waiter.
         waiter = self.hub.register(session_id)
         asked: dict[str, Any] | None = None
         delivered: list[Claim] = []
         try:
-            bundle, asked = await self._create_or_attach(waiter, specs, context, signature)
+            made = await self._create_or_attach(waiter, specs, context, signature, decided)
+            if isinstance(made, Decided):
+                waiter.finished = True
+                yield made
+                return
+            bundle, asked = made
             yield Asked(bundle)
             # Logged once the agent was sent the outcome (the generator resumes after the send), so a
             # log line never delays it; likewise "delivered" below.
@@ -151,12 +151,21 @@ class Clarifications(Responding):
                 await self._bounded(self._detach(waiter, "disconnect"))
 
     async def _create_or_attach(
-        self, waiter: Waiter, specs: Sequence[Spec], context: str | None, signature: str
-    ) -> tuple[Bundle, dict[str, Any]]:
+        self,
+        waiter: Waiter,
+        specs: Sequence[Spec],
+        context: str | None,
+        signature: str,
+        decided: Callable[[Work], Awaitable[Decided | None]] | None = None,
+    ) -> tuple[Bundle, dict[str, Any]] | Decided:
         """The bundle asked (or re-attached to), and its log line (the message and its fields)."""
         session_id = waiter.session_id
         async with uow(self.deps, [session_id], hold_summary=True) as w:
             conn = w.conn
+            if decided is not None:
+                outcome = await decided(w)
+                if outcome is not None:
+                    return outcome
             pending_id = new_id()
             # The common case (a live session with a turn, no identical bundle) may be written by the
             # statement that reads the context; any other case is decided below, as it finds it.

@@ -34,7 +34,7 @@ from backend.repository import tasks, turns
 from backend.repository.permission_rules import RuleRecord
 from backend.services.bundles import Authorize
 from backend.services.clarifications import Clarifications
-from backend.services.uow import uow
+from backend.services.uow import Work, uow
 
 log = logging.getLogger("turnwise.permission")
 KIND = PendingActionKind.PERMISSION
@@ -65,36 +65,36 @@ class Permissions:
             context,
             signature,
             wait_seconds,
-            decided=lambda: self._decide_by_rule(session_id, spec, context, signature),
+            decided=lambda w: self._decide_by_rule(w, session_id, spec, context, signature),
         )
 
     async def _decide_by_rule(
-        self, session_id: str, spec: Any, context: str | None, signature: str
+        self, w: Work, session_id: str, spec: Any, context: str | None, signature: str
     ) -> Decided | None:
-        deps = self.lifecycle.deps
-        async with uow(deps, [session_id]) as w:
-            conn = w.conn
-            rule = await rules.matching(conn, session_id, spec.tool_name, spec.input)
-            if rule is None:
-                return None
-            session = await tasks.get_session(conn, session_id)
-            if session.state in TERMINAL_SESSION_STATES:
-                raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new requests")
-            turn_id = await turns.current_turn(conn, session_id)
-            if turn_id is None:
-                turn_id = (await turns.insert_turn(conn, session_id)).id
-                w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
-            decision = Decision(ALLOW, updated_input=spec.input, auto=True, rule_id=rule.id)
-            record = await repo.insert_decided(
-                conn,
-                session_id=session_id,
-                turn_id=turn_id,
-                spec=spec,
-                context=context,
-                signature=signature,
-                response=decision.as_response(),
-            )
-            w.publish_messages(session.task_id, session_id, "message.added", [record.id])
+        """In the ask's unit of work, under the session's lock: the request decided by a rule of its
+        session (its row written answered, naming the rule), or None to ask a person."""
+        conn = w.conn
+        rule = await rules.matching(conn, session_id, spec.tool_name, spec.input)
+        if rule is None:
+            return None
+        session = await tasks.get_session(conn, session_id)
+        if session.state in TERMINAL_SESSION_STATES:
+            raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new requests")
+        turn_id = await turns.current_turn(conn, session_id)
+        if turn_id is None:
+            turn_id = (await turns.insert_turn(conn, session_id)).id
+            w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
+        decision = Decision(ALLOW, updated_input=spec.input, auto=True, rule_id=rule.id)
+        record = await repo.insert_decided(
+            conn,
+            session_id=session_id,
+            turn_id=turn_id,
+            spec=spec,
+            context=context,
+            signature=signature,
+            response=decision.as_response(),
+        )
+        w.publish_messages(session.task_id, session_id, "message.added", [record.id])
         pending_id = str(record.metadata["pending_id"])
         log.info(
             "permission allowed by a rule",
