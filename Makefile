@@ -7,8 +7,10 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha
 UV := uv==0.13.8
 PYTEST_ARGS ?=
 # Run a second time by `make test` with the database fast path off (TURNWISE_DB_FAST_PATH=0: every
-# statement through plain SQLAlchemy), so both paths stay equivalent; not the browser tests.
-DB_SUITES := tests/repository tests/services tests/lifecycle tests/resume tests/dbfaults
+# statement through plain SQLAlchemy), so both paths stay equivalent: every statement's own tests
+# (repository), every lifecycle path through the services (lifecycle) and every way the database
+# fails (dbfaults). The rest runs once, on the fast path.
+DB_SUITES := tests/repository tests/lifecycle tests/dbfaults
 
 .PHONY: install lock assets browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
 
