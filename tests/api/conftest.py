@@ -7,20 +7,14 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from tests.api.client import Client
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.dialects import served
+from tests.servers import ADMIN_TOKEN, Server
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")  # skips or fails when PostgreSQL is unreachable
-    url = fresh_database(request.param)
-    srv = Server(url).start()
-    try:
+    with served(request.param, request) as srv:  # PostgreSQL skips or fails when unreachable
         yield srv
-    finally:
-        srv.stop()
-        drop_database(url)
 
 
 @pytest.fixture

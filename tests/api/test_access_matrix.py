@@ -28,7 +28,8 @@ from tests.api.gql import (
     token_for,
 )
 from tests.api.test_clarification_api import ASK, QUESTION
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.dialects import served
+from tests.servers import ADMIN_TOKEN, Server
 
 ROLES = ("admin", "support", "user", "agent", "none")
 SCOPES = ("own", "foreign")
@@ -49,15 +50,8 @@ class World:
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def matrix_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """The whole matrix runs on both dialects: the access rules are SQL on each."""
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")
-    url = fresh_database(request.param)
-    srv = Server(url).start()
-    try:
+    with served(request.param, request) as srv:
         yield srv
-    finally:
-        srv.stop()
-        drop_database(url)
 
 
 @pytest.fixture(scope="module")

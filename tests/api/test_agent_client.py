@@ -10,24 +10,15 @@ import pytest
 from backend.client import Agent, AskResult, GraphQLRequestError, Prompt
 from tests.api.client import Client
 from tests.api.gql import running_session, token_for
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.api.test_mcp import wait_for_state
+from tests.dialects import served
+from tests.servers import ADMIN_TOKEN, Server
 
-ACTIVE = "query($t: ID!) { taskSessions(taskId: $t) { activeClarification { pendingId state } } }"
 RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!) {
   respondToClarification(pendingId: $p, answers: $a) {
     __typename ... on ClarificationResponded { resumed queued } } }"""
 QUESTION = {"prompt": "Which database?", "options": [{"label": "SQLite"}, {"label": "PostgreSQL"}]}
 PICK = [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"]}]
-
-
-async def pending_in(admin: Client, task_id: str, state: str) -> str:
-    for _ in range(400):
-        for s in (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]:
-            bundle = s["activeClarification"]
-            if bundle and bundle["state"] == state:
-                return str(bundle["pendingId"])
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"no question reached {state}")
 
 
 async def test_ask_returns_a_live_answer_and_a_detached_one_comes_back_as_a_prompt_once(
@@ -37,7 +28,7 @@ async def test_ask_returns_a_live_answer_and_a_detached_one_comes_back_as_a_prom
     _, token = await token_for(admin, "agent", name="client-ask", session_id=session_id)
     async with Agent(server.base_url, token, session_id) as agent:
         asking = asyncio.create_task(agent.ask([QUESTION]))
-        pending_id = await pending_in(admin, task_id, "ACTIVE_LIVE")
+        pending_id = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
         await admin.execute(RESPOND, {"p": pending_id, "a": PICK})
         live = await asyncio.wait_for(asking, 30)
         assert live == AskResult(
@@ -62,15 +53,8 @@ async def test_ask_returns_a_live_answer_and_a_detached_one_comes_back_as_a_prom
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def restartable(request: pytest.FixtureRequest) -> Iterator[Server]:
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")
-    url = fresh_database(request.param)
-    srv = Server(url).start()
-    try:
+    with served(request.param, request) as srv:
         yield srv
-    finally:
-        srv.stop()
-        drop_database(url)
 
 
 async def test_prompts_reconnect_after_the_server_restarts(restartable: Server) -> None:

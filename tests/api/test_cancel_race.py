@@ -8,9 +8,10 @@ live waiter whose hand-off cannot be confirmed yet: the one window in which each
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -49,6 +50,20 @@ async def state(client: Client, pending_id: str) -> Any:
     return (await client.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
 
 
+@contextlib.asynccontextmanager
+async def agent_and_user(pair: tuple[Server, Server]) -> AsyncIterator[tuple[Client, Client, Database]]:
+    """The agent's client on A; the person's client and the database, through B."""
+    a, b = pair
+    agent, user = Client(a.base_url, ADMIN_TOKEN), Client(b.base_url, ADMIN_TOKEN)
+    db = Database(b.database_url)
+    try:
+        yield agent, user, db
+    finally:
+        await agent.aclose()
+        await user.aclose()
+        await db.dispose()
+
+
 async def asked(sub: Subscription) -> str:
     first = (await sub.next())["askClarification"]
     assert first["__typename"] == "ClarificationAsked"
@@ -60,10 +75,8 @@ async def asked(sub: Subscription) -> str:
 async def test_cancel_that_wins_before_the_claim_gives_the_responder_its_answer_at_once(
     pair: tuple[Server, Server],
 ) -> None:
-    a, b = pair
-    agent, user = Client(a.base_url, ADMIN_TOKEN), Client(b.base_url, ADMIN_TOKEN)
-    db = Database(b.database_url)
-    try:
+    a, _ = pair
+    async with agent_and_user(pair) as (agent, user, db):
         _, session_id = await session(user)
         async with agent.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
             pending_id = await asked(sub)
@@ -92,20 +105,14 @@ async def test_cancel_that_wins_before_the_claim_gives_the_responder_its_answer_
                 "pendingId": pending_id,
                 "status": "CANCELLED",
             }
-    finally:
-        await agent.aclose()
-        await user.aclose()
-        await db.dispose()
 
 
 @pytest.mark.scenario("S24")
 async def test_a_claimed_response_is_confirmed_even_when_a_cancel_arrives_before_the_confirmation(
     pair: tuple[Server, Server],
 ) -> None:
-    a, b = pair
-    agent, user = Client(a.base_url, ADMIN_TOKEN), Client(b.base_url, ADMIN_TOKEN)
-    db = Database(b.database_url)
-    try:
+    a, _ = pair
+    async with agent_and_user(pair) as (agent, user, db):
         _, session_id = await session(user)
         async with agent.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
             pending_id = await asked(sub)
@@ -138,7 +145,3 @@ async def test_a_claimed_response_is_confirmed_even_when_a_cancel_arrives_before
         assert "response_delivery_pending" not in stored[0]
         assert stored[0]["delivery_claim_id"] == claimed[0]["delivery_claim_id"]
         assert (await user.execute(CANCEL, {"p": pending_id}))["cancelClarification"] is False
-    finally:
-        await agent.aclose()
-        await user.aclose()
-        await db.dispose()

@@ -30,7 +30,8 @@ from tests.api.gql import (
     running_session,
 )
 from tests.conftest import redis_url
-from tests.servers import ADMIN_TOKEN, Server, fresh_database, server_pair
+from tests.dialects import served
+from tests.servers import ADMIN_TOKEN, Server, server_pair
 
 
 class ClientState:
@@ -107,110 +108,98 @@ async def converges(state: ClientState, expected: Callable[[], Any]) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_applying_emitted_events_to_the_old_state_equals_a_fresh_fetch(server: Server) -> None:
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    try:
-        task_id, session_id = await running_session(admin)
-        state = ClientState(task_id)
-        async with (
-            admin.subscribe(SESSION_EVENTS, {"s": session_id}) as events,
-            admin.subscribe(PROJECTIONS, {"t": task_id}) as projections,
-            admin.subscribe(SUMMARIES) as summaries,
-        ):
-            initial = await fetch(admin, task_id, session_id)
-            state.messages = dict(initial["messages"])
-            state.projections = dict(initial["projections"])
-            state.summary = initial["summary"]
-            async with applying([events, projections, summaries], state):
+async def test_applying_emitted_events_to_the_old_state_equals_a_fresh_fetch(admin: Client) -> None:
+    task_id, session_id = await running_session(admin)
+    state = ClientState(task_id)
+    async with (
+        admin.subscribe(SESSION_EVENTS, {"s": session_id}) as events,
+        admin.subscribe(PROJECTIONS, {"t": task_id}) as projections,
+        admin.subscribe(SUMMARIES) as summaries,
+    ):
+        initial = await fetch(admin, task_id, session_id)
+        state.messages = dict(initial["messages"])
+        state.projections = dict(initial["projections"])
+        state.summary = initial["summary"]
+        async with applying([events, projections, summaries], state):
 
-                async def fresh() -> Any:
-                    return await fetch(admin, task_id, session_id)
+            async def fresh() -> Any:
+                return await fetch(admin, task_id, session_id)
 
-                async def post(kind: str) -> str:
-                    body = await admin.execute(POST, {"s": session_id, "c": kind, "k": kind})
-                    return str(body["postMessage"]["id"])
+            async def post(kind: str) -> str:
+                body = await admin.execute(POST, {"s": session_id, "c": kind, "k": kind})
+                return str(body["postMessage"]["id"])
 
-                await post("message")
-                await converges(state, fresh)
-                permission = await post("permission_request")
-                await converges(state, fresh)
-                assert state.summary is not None
-                assert state.summary["pendingAction"] == "PERMISSION"
-                await admin.execute(DELETE, {"m": permission})
-                await converges(state, fresh)
-                await post("permission_request")
-                await converges(state, fresh)
-                # A newer turn supersedes the older turn's request: projection and summary go clean.
-                turn = (await admin.execute(START, {"s": session_id}))["startTurn"]["id"]
-                await converges(state, fresh)
-                assert state.projections[session_id]["pendingAction"] is None
-                await post("permission_request")
-                await admin.execute(COMPLETE, {"t": turn})
-                await converges(state, fresh)
-                await admin.execute(SET_STATE, {"s": session_id, "st": "COMPLETED"})
-                await converges(state, fresh)
-                assert state.summary is not None
-                assert state.summary["pendingAction"] is None
-    finally:
-        await admin.aclose()
+            await post("message")
+            await converges(state, fresh)
+            permission = await post("permission_request")
+            await converges(state, fresh)
+            assert state.summary is not None
+            assert state.summary["pendingAction"] == "PERMISSION"
+            await admin.execute(DELETE, {"m": permission})
+            await converges(state, fresh)
+            await post("permission_request")
+            await converges(state, fresh)
+            # A newer turn supersedes the older turn's request: projection and summary go clean.
+            turn = (await admin.execute(START, {"s": session_id}))["startTurn"]["id"]
+            await converges(state, fresh)
+            assert state.projections[session_id]["pendingAction"] is None
+            await post("permission_request")
+            await admin.execute(COMPLETE, {"t": turn})
+            await converges(state, fresh)
+            await admin.execute(SET_STATE, {"s": session_id, "st": "COMPLETED"})
+            await converges(state, fresh)
+            assert state.summary is not None
+            assert state.summary["pendingAction"] is None
 
 
 async def test_pending_action_changed_sends_a_snapshot_and_a_reconnect_converges_without_replay(
-    server: Server,
+    admin: Client,
 ) -> None:
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    try:
-        task_id, session_id = await running_session(admin)
-        async with admin.subscribe(PROJECTIONS, {"s": session_id}) as sub:
-            first = (await sub.next())["pendingActionChanged"]
-        assert first["sessionId"] == session_id
-        assert first["pendingAction"] is None
-        # Changes made while disconnected are not replayed one by one: the new snapshot is the state.
-        for _ in range(3):
-            await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
-        async with admin.subscribe(PROJECTIONS, {"t": task_id}) as sub:
-            snapshot = (await sub.next())["pendingActionChanged"]
-            assert snapshot["pendingAction"] == "PERMISSION"
-            assert int(snapshot["revision"]["sequence"]) == int(first["revision"]["sequence"]) + 3
-            with pytest.raises(asyncio.TimeoutError):
-                await sub.next(timeout=0.5)
-        async with admin.subscribe(SUMMARIES) as sub:
-            summaries = [(await sub.next())["taskSummaryChanged"]]
-            while summaries[-1]["taskId"] != task_id:
-                summaries.append((await sub.next())["taskSummaryChanged"])
-            assert summaries[-1]["pendingAction"] == "PERMISSION"
-    finally:
-        await admin.aclose()
+    task_id, session_id = await running_session(admin)
+    async with admin.subscribe(PROJECTIONS, {"s": session_id}) as sub:
+        first = (await sub.next())["pendingActionChanged"]
+    assert first["sessionId"] == session_id
+    assert first["pendingAction"] is None
+    # Changes made while disconnected are not replayed one by one: the new snapshot is the state.
+    for _ in range(3):
+        await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
+    async with admin.subscribe(PROJECTIONS, {"t": task_id}) as sub:
+        snapshot = (await sub.next())["pendingActionChanged"]
+        assert snapshot["pendingAction"] == "PERMISSION"
+        assert int(snapshot["revision"]["sequence"]) == int(first["revision"]["sequence"]) + 3
+        with pytest.raises(asyncio.TimeoutError):
+            await sub.next(timeout=0.5)
+    async with admin.subscribe(SUMMARIES) as sub:
+        summaries = [(await sub.next())["taskSummaryChanged"]]
+        while summaries[-1]["taskId"] != task_id:
+            summaries.append((await sub.next())["taskSummaryChanged"])
+        assert summaries[-1]["pendingAction"] == "PERMISSION"
 
 
 async def test_session_events_carry_explicit_clean_projection_and_deleted_has_no_message(
-    server: Server,
+    admin: Client,
 ) -> None:
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    try:
-        _, session_id = await running_session(admin)
-        async with admin.subscribe(SESSION_EVENTS, {"s": session_id}) as sub:
-            # No snapshot tells when the subscription is attached: post until its first event arrives.
-            posted: list[str] = []
-            for _ in range(20):
-                body = await admin.execute(POST, {"s": session_id, "c": "hi", "k": "message"})
-                posted.append(body["postMessage"]["id"])
-                try:
-                    added = (await sub.next(timeout=0.5))["sessionEvents"]
-                    break
-                except TimeoutError:
-                    continue
-            assert added["kind"] == "ADDED"
-            assert added["message"]["id"] in posted
-            assert added["projection"]["pendingAction"] is None  # explicit null: clean
-            await admin.execute(DELETE, {"m": added["message"]["id"]})
+    _, session_id = await running_session(admin)
+    async with admin.subscribe(SESSION_EVENTS, {"s": session_id}) as sub:
+        # No snapshot tells when the subscription is attached: post until its first event arrives.
+        posted: list[str] = []
+        for _ in range(20):
+            body = await admin.execute(POST, {"s": session_id, "c": "hi", "k": "message"})
+            posted.append(body["postMessage"]["id"])
+            try:
+                added = (await sub.next(timeout=0.5))["sessionEvents"]
+                break
+            except TimeoutError:
+                continue
+        assert added["kind"] == "ADDED"
+        assert added["message"]["id"] in posted
+        assert added["projection"]["pendingAction"] is None  # explicit null: clean
+        await admin.execute(DELETE, {"m": added["message"]["id"]})
+        deleted = (await sub.next())["sessionEvents"]
+        while deleted["kind"] != "DELETED":  # a late event of an earlier attempt
             deleted = (await sub.next())["sessionEvents"]
-            while deleted["kind"] != "DELETED":  # a late event of an earlier attempt
-                deleted = (await sub.next())["sessionEvents"]
-            assert deleted["message"] is None
-            assert deleted["messageId"] == added["message"]["id"]
-    finally:
-        await admin.aclose()
+        assert deleted["message"] is None
+        assert deleted["messageId"] == added["message"]["id"]
 
 
 @pytest.fixture(scope="module")
@@ -258,35 +247,31 @@ async def test_a_change_made_through_one_process_reaches_subscribers_of_the_othe
 
 @pytest.fixture(scope="module")
 def limited_server() -> Iterator[Server]:
-    url = fresh_database("sqlite")
-    srv = Server(
-        url,
-        env={
-            "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION": "2",
-            "TURNWISE_MAX_QUERY_BYTES": "2000",
-            "TURNWISE_MAX_QUERY_DEPTH": "4",
-            "TURNWISE_ALLOWED_ORIGINS": "http://app.example",
-            "TURNWISE_WS_COMPRESSION": "1",
-        },
-    ).start()
-    try:
+    limits = {
+        "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION": "2",
+        "TURNWISE_MAX_QUERY_BYTES": "2000",
+        "TURNWISE_MAX_QUERY_DEPTH": "4",
+        "TURNWISE_ALLOWED_ORIGINS": "http://app.example",
+        "TURNWISE_WS_COMPRESSION": "1",
+    }
+    with served("sqlite", env=limits) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
-async def test_oversized_and_too_deep_documents_are_refused(limited_server: Server) -> None:
-    admin = Client(limited_server.base_url, ADMIN_TOKEN)
-    try:
-        with pytest.raises(GraphQLError) as big:
-            await admin.execute("{ tasks { id } }" + " " * 3000)
-        assert big.value.codes == ["QUERY_TOO_LARGE"]
-        with pytest.raises(GraphQLError, match="exceeds maximum operation depth"):
-            await admin.execute(
-                "{ tasks { sessions { activeClarification { questions { options { id } } } } } }"
-            )
-    finally:
-        await admin.aclose()
+@pytest.fixture
+async def limited_admin(limited_server: Server) -> AsyncIterator[Client]:
+    async with contextlib.aclosing(Client(limited_server.base_url, ADMIN_TOKEN)) as client:
+        yield client
+
+
+async def test_oversized_and_too_deep_documents_are_refused(limited_admin: Client) -> None:
+    with pytest.raises(GraphQLError) as big:
+        await limited_admin.execute("{ tasks { id } }" + " " * 3000)
+    assert big.value.codes == ["QUERY_TOO_LARGE"]
+    with pytest.raises(GraphQLError, match="exceeds maximum operation depth"):
+        await limited_admin.execute(
+            "{ tasks { sessions { activeClarification { questions { options { id } } } } } }"
+        )
 
 
 async def _negotiated_extensions(srv: Server) -> str | None:
@@ -358,11 +343,9 @@ async def test_a_websocket_page_whose_name_was_rebound_here_is_refused(server: S
 
 
 async def test_a_connection_holds_at_most_the_configured_number_of_subscriptions(
-    limited_server: Server,
+    limited_server: Server, limited_admin: Client
 ) -> None:
-    admin = Client(limited_server.base_url, ADMIN_TOKEN)
-    task_id, _ = await running_session(admin)
-    await admin.aclose()
+    task_id, _ = await running_session(limited_admin)
     connection = await ws_connect(limited_server, None)
     try:
         subs = [await connection.subscribe(PROJECTIONS, {"t": task_id}) for _ in range(3)]

@@ -20,7 +20,8 @@ from mcp.types import INVALID_PARAMS, CallToolResult
 from backend.faults import CRASH_EXIT_CODE
 from tests.api.client import Client
 from tests.api.gql import GRANT, MESSAGES, START, running_session, token_for
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.dialects import fresh_db
+from tests.servers import ADMIN_TOKEN, Server
 
 RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!, $r: Boolean!) {
   respondToClarification(pendingId: $p, answers: $a, rejected: $r) {
@@ -108,6 +109,48 @@ async def ask_detached(mcp: ClientSession) -> str:
     return str(detached["pending_id"])
 
 
+async def queued_answer(server: Server, admin: Client, token: str) -> str:
+    """A question that detaches at once, answered meanwhile: the answer is queued for the agent."""
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await ask_detached(mcp)
+    assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+    return pending_id
+
+
+async def wait_for_answer(mcp: ClientSession, pending_id: str) -> dict[str, Any]:
+    return structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+
+
+async def collect_twice(base_url: str, token: str, pending_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``wait_for_answer`` twice in one new MCP session: the first and the second result."""
+    async with mcp_session(base_url, token) as mcp:
+        return await wait_for_answer(mcp, pending_id), await wait_for_answer(mcp, pending_id)
+
+
+def closed(pending_id: str) -> dict[str, Any]:
+    """A tool result for a question a newer turn superseded: history, it takes no answer."""
+    return {"status": "closed", "pending_id": pending_id, "answers": []}
+
+
+async def answer_to_resume(admin: Client, pending_id: str) -> None:
+    """Answer a detached question: the agent resumes with it in a newer turn."""
+    assert (await respond(admin, pending_id, PICK_POSTGRES))["__typename"] == "ClarificationResponded"
+
+
+def initialize(client_name: str) -> dict[str, Any]:
+    """A plain JSON-RPC ``initialize`` request at protocol 2025-06-18."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": client_name, "version": "1"},
+        },
+    }
+
+
 async def first_prompt_is_a_fresh_answer(server: Server, admin: Client, token: str, session_id: str) -> bool:
     """Hold agentPrompts, then answer a new detached question: queued items come before anything
     else, so the first prompt being this new answer proves no older item was handed out."""
@@ -171,9 +214,7 @@ async def test_a_late_answer_is_queued_and_wait_for_answer_returns_it_exactly_on
     late = await respond(admin, pending_id, PICK_POSTGRES)
     assert late["__typename"] == "ClarificationResponded"
     assert (late["resumed"], late["queued"]) == (False, True)
-    async with mcp_session(server.base_url, token) as mcp:
-        first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
-        again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    first, again = await collect_twice(server.base_url, token, pending_id)
     assert first["status"] == "answered"
     assert first["answers"][0]["selected"] == ["PostgreSQL"]
     assert first["answers"][0]["custom_text"] == "with backups"
@@ -203,7 +244,7 @@ async def test_skip_gives_rejected(server: Server, admin: Client) -> None:
         assert (await respond(admin, pending_id, [], rejected=True))["__typename"] == "ClarificationResponded"
         result = structured(await asyncio.wait_for(call, 30))
         # The skip is final: collecting it later reports it as rejected again, with no answers.
-        later = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+        later = await wait_for_answer(mcp, pending_id)
     assert result == {"status": "rejected", "pending_id": pending_id, "answers": []}
     assert later == result
 
@@ -212,13 +253,11 @@ async def test_a_newer_turn_closes_a_queued_answer_and_it_is_never_delivered(
     server: Server, admin: Client
 ) -> None:
     _, session_id, token = await agent_session(admin, "mcp superseded")
-    async with mcp_session(server.base_url, token) as mcp:
-        pending_id = await ask_detached(mcp)
-    assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+    pending_id = await queued_answer(server, admin, token)
     await admin.execute(START, {"s": session_id})
     async with mcp_session(server.base_url, token) as mcp:
-        result = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
-    assert result == {"status": "closed", "pending_id": pending_id, "answers": []}
+        result = await wait_for_answer(mcp, pending_id)
+    assert result == closed(pending_id)
     # Nor through agentPrompts: the stale item is not handed out; a fresh dispatch is the first prompt.
     assert await first_prompt_is_a_fresh_answer(server, admin, token, session_id)
 
@@ -227,9 +266,7 @@ async def test_agent_prompts_delivers_a_queued_answer_first_and_only_once(
     server: Server, admin: Client
 ) -> None:
     _, session_id, token = await agent_session(admin, "mcp inbox prompts")
-    async with mcp_session(server.base_url, token) as mcp:
-        pending_id = await ask_detached(mcp)
-    assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+    pending_id = await queued_answer(server, admin, token)
     agent = Client(server.base_url, token)
     try:
         async with agent.subscribe(AGENT_PROMPTS, {"s": session_id}) as prompts:
@@ -240,7 +277,7 @@ async def test_agent_prompts_delivers_a_queued_answer_first_and_only_once(
         await agent.aclose()
     assert await first_prompt_is_a_fresh_answer(server, admin, token, session_id)
     async with mcp_session(server.base_url, token) as mcp:
-        again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+        again = await wait_for_answer(mcp, pending_id)
     assert again["status"] == "delivered"
 
 
@@ -330,18 +367,8 @@ async def test_an_unknown_tool_is_a_json_rpc_invalid_params_error(server: Server
 async def test_server_info_names_turnwise_and_its_own_version(server: Server, admin: Client) -> None:
     _, _, token = await agent_session(admin, "mcp server info")
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
     async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as http:
-        hello = _sse_json(await http.post("/mcp", json=init))
+        hello = _sse_json(await http.post("/mcp", json=initialize("t")))
     assert hello["result"]["serverInfo"]["name"] == "turnwise"
     assert hello["result"]["serverInfo"]["version"] == metadata.version("turnwise")
     assert metadata.version("turnwise") != metadata.version("mcp")
@@ -358,10 +385,10 @@ async def test_an_ask_that_a_newer_turn_superseded_while_it_waited_ends_closed(
         newer = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
         # Answering the older question resumes the agent in a newer turn: the question it still
         # waits on is history now and takes no answer, so the call says closed, not detached.
-        assert (await respond(admin, older, PICK_POSTGRES))["__typename"] == "ClarificationResponded"
+        await answer_to_resume(admin, older)
         result = structured(await asyncio.wait_for(call, 30))
-        later = structured(await mcp.call_tool("wait_for_answer", {"pending_id": newer}))
-    assert result == {"status": "closed", "pending_id": newer, "answers": []}
+        later = await wait_for_answer(mcp, newer)
+    assert result == closed(newer)
     assert later == result
     assert (await admin.execute(CLARIFICATION, {"p": newer}))["clarification"][
         "state"
@@ -380,9 +407,9 @@ async def test_wait_for_answer_on_a_question_a_newer_turn_superseded_meanwhile_e
         )["pending_id"]
         call = asyncio.create_task(mcp.call_tool("wait_for_answer", {"pending_id": newer}))
         assert await wait_for_state(admin, task_id, "ACTIVE_LIVE") == newer
-        assert (await respond(admin, older, PICK_POSTGRES))["__typename"] == "ClarificationResponded"
+        await answer_to_resume(admin, older)
         result = structured(await asyncio.wait_for(call, 30))
-    assert result == {"status": "closed", "pending_id": newer, "answers": []}
+    assert result == closed(newer)
 
 
 async def test_no_token_is_http_401_and_a_foreign_sessions_token_writes_nothing(
@@ -435,13 +462,8 @@ async def test_an_admin_token_asks_in_the_session_it_names(server: Server, admin
 @pytest.fixture(params=["sqlite", "postgresql"])
 def own_database(request: pytest.FixtureRequest) -> Iterator[str]:
     """A database for servers of the test's own, to kill."""
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")
-    url = fresh_database(request.param)
-    try:
+    with fresh_db(request.param, request) as url:
         yield url
-    finally:
-        drop_database(url)
 
 
 @pytest.fixture
@@ -460,16 +482,12 @@ async def test_a_crash_between_queueing_and_delivery_loses_nothing_and_delivers_
     admin = Client(srv.base_url, ADMIN_TOKEN)
     try:
         _, _, token = await agent_session(admin, "mcp crash")
-        async with mcp_session(srv.base_url, token) as mcp:
-            pending_id = await ask_detached(mcp)
-        assert (await respond(admin, pending_id, PICK_POSTGRES))["queued"] is True
+        pending_id = await queued_answer(srv, admin, token)
     finally:
         await admin.aclose()
     srv.kill()
     srv.start()
-    async with mcp_session(srv.base_url, token) as mcp:
-        first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
-        again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+    first, again = await collect_twice(srv.base_url, token, pending_id)
     assert first["status"] == "answered"
     assert first["answers"][0]["selected"] == ["PostgreSQL"]
     assert again["status"] == "delivered"
@@ -498,9 +516,7 @@ async def test_a_crash_right_after_the_queue_commit_still_delivers_once_after_re
         try:
             seen = (await admin.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
             assert seen["state"] == "TERMINAL", "the answer was kept, not restored"
-            async with mcp_session(srv.base_url, token) as mcp:
-                first = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
-                again = structured(await mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+            first, again = await collect_twice(srv.base_url, token, pending_id)
             # The successor's start event was replayed at startup: it is the current, visible turn.
             turns = (await admin.execute(TURNS, {"s": session_id}))["sessionTurns"]
         finally:
@@ -544,16 +560,6 @@ async def test_a_client_speaking_the_2025_06_18_protocol_asks_with_plain_json_rp
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-06-18",
     }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "plain", "version": "1"},
-        },
-    }
     call = {
         "jsonrpc": "2.0",
         "id": 2,
@@ -564,7 +570,7 @@ async def test_a_client_speaking_the_2025_06_18_protocol_asks_with_plain_json_rp
         },
     }
     async with httpx.AsyncClient(base_url=server.base_url, headers=headers, timeout=30) as http:
-        hello = _sse_json(await http.post("/mcp", json=init))
+        hello = _sse_json(await http.post("/mcp", json=initialize("plain")))
         assert hello["result"]["protocolVersion"] == "2025-06-18"
         done = _sse_json(await http.post("/mcp", json=call))
     assert done["result"]["isError"] is False

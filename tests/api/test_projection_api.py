@@ -4,7 +4,8 @@ modes, persistence guarantees)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from sqlalchemy import select, update
@@ -24,7 +25,8 @@ from tests.api.gql import (
     revision_key,
     running_session,
 )
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database, server_pair
+from tests.dialects import fresh_db, served
+from tests.servers import ADMIN_TOKEN, Server, server_pair
 
 
 async def write_db(url: str, statement: object) -> None:
@@ -44,11 +46,8 @@ async def session_row(admin: Client, task_id: str, session_id: str) -> dict[str,
 @pytest.fixture
 def fresh_url(dialect: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """A database of its own, for tests that restart or break their server."""
-    if dialect == "postgresql":
-        request.getfixturevalue("pg_url")
-    url = fresh_database(dialect)
-    yield url
-    drop_database(url)
+    with fresh_db(dialect, request) as url:
+        yield url
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -133,76 +132,67 @@ async def test_corrupt_stored_epoch_is_an_error_not_a_reset(fresh_url: str) -> N
 
 
 @pytest.mark.scenario("S08")
-async def test_stale_summary_is_repaired_on_the_task_list_with_unrelated_fields_kept(server: Server) -> None:
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    try:
-        task_id, _ = await running_session(admin)
-        first = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
-        assert first["pendingAction"] is None
-        await write_db(
-            server.database_url,
-            update(task_status_summaries)
-            .where(task_status_summaries.c.task_id == task_id)
-            .values(pending_action="clarification", fields={"workflow": "review"}),
-        )
-        repaired = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
-        assert repaired["pendingAction"] is None
-        assert repaired["revision"] == first["revision"] + 1
-        db = Database(server.database_url)
-        async with db.read() as conn:
-            row = (
-                await conn.execute(
-                    select(task_status_summaries).where(task_status_summaries.c.task_id == task_id)
-                )
-            ).one()
-        await db.dispose()
-        assert row.fields == {"workflow": "review"}
-        # A read with nothing to repair leaves the revision alone.
-        again = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
-        assert again["revision"] == repaired["revision"]
-    finally:
-        await admin.aclose()
+async def test_stale_summary_is_repaired_on_the_task_list_with_unrelated_fields_kept(
+    server: Server, admin: Client
+) -> None:
+    task_id, _ = await running_session(admin)
+    first = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
+    assert first["pendingAction"] is None
+    await write_db(
+        server.database_url,
+        update(task_status_summaries)
+        .where(task_status_summaries.c.task_id == task_id)
+        .values(pending_action="clarification", fields={"workflow": "review"}),
+    )
+    repaired = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
+    assert repaired["pendingAction"] is None
+    assert repaired["revision"] == first["revision"] + 1
+    db = Database(server.database_url)
+    async with db.read() as conn:
+        row = (
+            await conn.execute(
+                select(task_status_summaries).where(task_status_summaries.c.task_id == task_id)
+            )
+        ).one()
+    await db.dispose()
+    assert row.fields == {"workflow": "review"}
+    # A read with nothing to repair leaves the revision alone.
+    again = next(t for t in (await admin.execute(TASKS))["tasks"] if t["id"] == task_id)["summary"]
+    assert again["revision"] == repaired["revision"]
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def faulty_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """The summary fault tests run on both dialects."""
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")
-    url = fresh_database(request.param)
-    srv = Server(url, env={"TURNWISE_FAULT_POINTS": "summary.cas_conflict,api.tasks"}).start()
-    try:
+    with served(
+        request.param, request, env={"TURNWISE_FAULT_POINTS": "summary.cas_conflict,api.tasks"}
+    ) as srv:
         yield srv
-    finally:
-        srv.stop()
-        drop_database(url)
 
 
-async def test_summary_repair_failure_returns_null_summary_for_that_task(faulty_server: Server) -> None:
-    admin = Client(faulty_server.base_url, ADMIN_TOKEN)
-    try:
-        task_id, session_id = await running_session(admin)
-        await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
-        body = await admin.execute(
-            "query($id: ID!) { task(id: $id) { id summary { revision } sessions { pendingAction } } }",
-            {"id": task_id},
-        )
-        # The repair lost every compare-and-set: no summary, so clients drop their cached one; the
-        # authoritative sessions still say what is pending.
-        assert body["task"]["summary"] is None
-        assert body["task"]["sessions"] == [{"pendingAction": "PERMISSION"}]
-    finally:
-        await admin.aclose()
+@pytest.fixture
+async def faulty_admin(faulty_server: Server) -> AsyncIterator[Client]:
+    async with contextlib.aclosing(Client(faulty_server.base_url, ADMIN_TOKEN)) as client:
+        yield client
+
+
+async def test_summary_repair_failure_returns_null_summary_for_that_task(faulty_admin: Client) -> None:
+    task_id, session_id = await running_session(faulty_admin)
+    await faulty_admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
+    body = await faulty_admin.execute(
+        "query($id: ID!) { task(id: $id) { id summary { revision } sessions { pendingAction } } }",
+        {"id": task_id},
+    )
+    # The repair lost every compare-and-set: no summary, so clients drop their cached one; the
+    # authoritative sessions still say what is pending.
+    assert body["task"]["summary"] is None
+    assert body["task"]["sessions"] == [{"pendingAction": "PERMISSION"}]
 
 
 async def test_unexpected_error_is_logged_with_an_id_and_returned_without_internals(
-    faulty_server: Server,
+    faulty_server: Server, faulty_admin: Client
 ) -> None:
-    admin = Client(faulty_server.base_url, ADMIN_TOKEN)
-    try:
-        response = await admin.raw("{ tasks { id } }")
-    finally:
-        await admin.aclose()
+    response = await faulty_admin.raw("{ tasks { id } }")
     (error,) = response.json()["errors"]
     assert error["extensions"]["code"] == "INTERNAL"
     error_id = error["extensions"]["errorId"]
@@ -217,31 +207,27 @@ async def test_unexpected_error_is_logged_with_an_id_and_returned_without_intern
 
 @pytest.mark.scenario("S06")
 async def test_list_response_and_subscription_projection_merge_to_the_newest_in_either_order(
-    server: Server,
+    admin: Client,
 ) -> None:
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    try:
-        task_id, session_id = await running_session(admin)
-        async with admin.subscribe(PROJECTIONS, {"s": session_id}) as sub:
-            await sub.next()  # snapshot
-            # The list request "in flight": its response was built before the newer event.
-            in_flight = (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]
-            await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
-            event = (await sub.next())["pendingActionChanged"]
-        assert revision_key(event["revision"]) > revision_key(in_flight[0]["pendingActionRevision"])
-        for order in ("list first", "event first"):
-            store = Store()
-            if order == "list first":
-                store.apply_task_sessions(task_id, in_flight)
-                store.apply_projection(event)
-            else:
-                store.apply_projection(event)
-                store.apply_task_sessions(task_id, in_flight)
-            projection = store.projection(session_id)
-            assert projection is not None
-            assert projection["pendingAction"] == "PERMISSION", order
-    finally:
-        await admin.aclose()
+    task_id, session_id = await running_session(admin)
+    async with admin.subscribe(PROJECTIONS, {"s": session_id}) as sub:
+        await sub.next()  # snapshot
+        # The list request "in flight": its response was built before the newer event.
+        in_flight = (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]
+        await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"})
+        event = (await sub.next())["pendingActionChanged"]
+    assert revision_key(event["revision"]) > revision_key(in_flight[0]["pendingActionRevision"])
+    for order in ("list first", "event first"):
+        store = Store()
+        if order == "list first":
+            store.apply_task_sessions(task_id, in_flight)
+            store.apply_projection(event)
+        else:
+            store.apply_projection(event)
+            store.apply_task_sessions(task_id, in_flight)
+        projection = store.projection(session_id)
+        assert projection is not None
+        assert projection["pendingAction"] == "PERMISSION", order
 
 
 async def test_unseen_pre_restart_epoch_is_rejected_after_a_client_rebuild(fresh_url: str) -> None:
@@ -274,22 +260,18 @@ async def test_unseen_pre_restart_epoch_is_rejected_after_a_client_rebuild(fresh
         srv.stop()
 
 
-async def test_task_pending_action_counts_only_working_sessions(server: Server) -> None:
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    try:
-        task_id, _ = await running_session(admin)
-        created = (await admin.execute(CREATE_SESSION, {"task": task_id, "p": False}))["createSession"]["id"]
-        await admin.execute(START, {"s": created})
-        await admin.execute(POST, {"s": created, "c": "may I?", "k": "permission_request"})
+async def test_task_pending_action_counts_only_working_sessions(admin: Client) -> None:
+    task_id, _ = await running_session(admin)
+    created = (await admin.execute(CREATE_SESSION, {"task": task_id, "p": False}))["createSession"]["id"]
+    await admin.execute(START, {"s": created})
+    await admin.execute(POST, {"s": created, "c": "may I?", "k": "permission_request"})
 
-        async def summary() -> object:
-            tasks = (await admin.execute(TASKS))["tasks"]
-            return next(t for t in tasks if t["id"] == task_id)["summary"]["pendingAction"]
+    async def summary() -> object:
+        tasks = (await admin.execute(TASKS))["tasks"]
+        return next(t for t in tasks if t["id"] == task_id)["summary"]["pendingAction"]
 
-        assert await summary() is None  # the session asking is only CREATED
-        await admin.execute(SET_STATE, {"s": created, "st": "WAITING_FOR_INPUT"})
-        assert await summary() == "PERMISSION"
-        await admin.execute(SET_STATE, {"s": created, "st": "COMPLETED"})
-        assert await summary() is None
-    finally:
-        await admin.aclose()
+    assert await summary() is None  # the session asking is only CREATED
+    await admin.execute(SET_STATE, {"s": created, "st": "WAITING_FOR_INPUT"})
+    assert await summary() == "PERMISSION"
+    await admin.execute(SET_STATE, {"s": created, "st": "COMPLETED"})
+    assert await summary() is None

@@ -28,7 +28,8 @@ from backend.db import tables
 from backend.db.engine import Database
 from tests.api.client import Client
 from tests.api.gql import CREATE_SESSION, CREATE_TASK, GRANT, POST, SET_STATE, START, token_for
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.dialects import served
+from tests.servers import ADMIN_TOKEN, Server
 
 SCHEMA = (Path(__file__).resolve().parents[2] / "schema.graphql").read_text()
 # Every table a request can write; not the epoch/heartbeat table or runner leases, which the server
@@ -89,15 +90,8 @@ def rejected(body: dict[str, Any] | None) -> bool:
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def fuzz_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")  # skips or fails when PostgreSQL is unreachable
-    url = fresh_database(request.param)
-    srv = Server(url).start()
-    try:
+    with served(request.param, request) as srv:  # PostgreSQL skips or fails when unreachable
         yield srv
-    finally:
-        srv.stop()
-        drop_database(url)
 
 
 # --- generated documents ------------------------------------------------------------------------
