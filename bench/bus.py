@@ -11,10 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -25,62 +21,10 @@ from sqlalchemy.engine import make_url
 from backend.bus import BUS_GAP, EventBus
 from backend.db.engine import Database
 from bench.common import PG_URL, fresh_database, median, pct, run, write_result
+from tests.bus.support import RedisProcess, redis_process
 
 MESSAGES = 500
 BURST = 2_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class _Redis:
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("bench bus needs redis-server on PATH")
-        self.binary, self.port = binary, _free_port()
-        self.dir = tempfile.mkdtemp(prefix="turnwise-bench-redis-")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return
-            time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
 
 
 @contextlib.asynccontextmanager
@@ -182,8 +126,14 @@ async def _terminate_listeners(database_url: str) -> None:
 
 
 async def all_figures() -> dict[str, Any]:
-    redis = _Redis()
-    redis.start()
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("bench bus needs redis-server on PATH")
+    with redis_process(binary) as redis:
+        return await _figures(redis)
+
+
+async def _figures(redis: RedisProcess) -> dict[str, Any]:
     db, drop = await fresh_database("postgresql")
     pg_bus = make_url(db.url).set(drivername="postgresql").render_as_string(hide_password=False)
     try:
@@ -202,15 +152,13 @@ async def all_figures() -> dict[str, Any]:
         paused_at = [0.0]
 
         async def pause() -> None:
-            if redis.proc is not None:
-                redis.proc.send_signal(signal.SIGSTOP)
+            redis.pause()
             paused_at[0] = time.perf_counter()
 
         async def resume() -> None:
             # Paused for 5 s in all: what is left after the bus noticed.
             await asyncio.sleep(max(0.0, 5 - (time.perf_counter() - paused_at[0])))
-            if redis.proc is not None:
-                redis.proc.send_signal(signal.SIGCONT)
+            redis.resume()
 
         async def terminate() -> None:
             await _terminate_listeners(db.url)
@@ -224,7 +172,6 @@ async def all_figures() -> dict[str, Any]:
             "postgres_listener_terminated": await _recovery(pg_bus, terminate, nothing),
         }
     finally:
-        redis.stop()
         await drop()
     return {"latency": latency, "recovery": recovery}
 

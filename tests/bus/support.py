@@ -22,16 +22,17 @@ from sqlalchemy.engine import make_url
 
 from backend.db.engine import Database
 from tests.conftest import PG_URL, require_service
+from tests.processes import end_process
 from tests.servers import free_port
 
 T = TypeVar("T")
 
 
 class RedisProcess:
-    """A redis-server of this test alone: never the shared one."""
+    """A redis-server of this test alone (or of a benchmark, given the ``binary``): never the shared one."""
 
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
+    def __init__(self, binary: str | None = None) -> None:
+        binary = binary or shutil.which("redis-server")
         if binary is None:
             if os.environ.get("TURNWISE_REQUIRE_REDIS") == "1":
                 pytest.fail("redis-server is not installed and TURNWISE_REQUIRE_REDIS=1")
@@ -75,12 +76,7 @@ class RedisProcess:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         self.proc = None
 
     def restart(self) -> None:
@@ -97,8 +93,8 @@ class RedisProcess:
 
 
 @contextlib.contextmanager
-def redis_process() -> Iterator[RedisProcess]:
-    redis = RedisProcess().start()
+def redis_process(binary: str | None = None) -> Iterator[RedisProcess]:
+    redis = RedisProcess(binary).start()
     try:
         yield redis
     finally:
@@ -116,43 +112,33 @@ def require_pg() -> None:
     require_service("PostgreSQL", PG_URL, "TURNWISE_REQUIRE_PG", 5432)
 
 
-async def terminate_bus_listeners(database_url: str) -> int:
-    """Terminate the PostgreSQL bus's listening connections to this database (and nothing else)."""
-    name = make_url(database_url).database
+async def _terminate_where(database_url: str, condition: str, **params: Any) -> list[bool]:
+    """`pg_terminate_backend` on each connection to this test's database that meets ``condition``."""
     db = Database(PG_URL)
     try:
         async with db.engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            found = await conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :db AND application_name = 'turnwise-bus-listen' "
-                    "AND pid <> pg_backend_pid()"
-                ),
-                {"db": name},
+            statement = (
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :db AND {condition}"
             )
-            return len(found.all())
+            found = await conn.execute(
+                text(statement),
+                {"db": make_url(database_url).database, **params},
+            )
+            return [bool(terminated) for (terminated,) in found.all()]
     finally:
         await db.dispose()
+
+
+async def terminate_bus_listeners(database_url: str) -> int:
+    """Terminate the PostgreSQL bus's listening connections to this database (and nothing else)."""
+    condition = "application_name = 'turnwise-bus-listen' AND pid <> pg_backend_pid()"
+    return len(await _terminate_where(database_url, condition))
 
 
 async def terminate_backend(database_url: str, pid: int) -> bool:
     """Terminate one server process of this test's database, by pid."""
-    name = make_url(database_url).database
-    db = Database(PG_URL)
-    try:
-        async with db.engine.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-            found = await conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :db AND pid = :pid"
-                ),
-                {"db": name, "pid": pid},
-            )
-            return bool(found.scalar())
-    finally:
-        await db.dispose()
+    return any(await _terminate_where(database_url, "pid = :pid", pid=pid))
 
 
 async def eventually(

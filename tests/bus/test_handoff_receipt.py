@@ -85,6 +85,21 @@ async def two_processes(db: Database) -> AsyncIterator[tuple[Services, Services]
                 await svc.deps.bus.disconnect()
 
 
+async def waiting_agent(agents: Services, timeout_seconds: float) -> Agent:
+    """An agent in the first process waiting live on a new session's question."""
+    _, session_id = await new_session(agents)
+    agent = await Agent.ask(agents, session_id, timeout_seconds=timeout_seconds)
+    agent.wait()
+    return agent
+
+
+async def answer(responders: Services, agent: Agent) -> lc.RespondOutcome:
+    """The person's answer, through the second process."""
+    return await responders.clarifications.respond(
+        agent.pending_id, yes("q1"), rejected=False, authorize=trusted
+    )
+
+
 @pytest.fixture
 def lost_receipts() -> Iterator[None]:
     faults.configure(["handoff.reply"])
@@ -98,13 +113,9 @@ async def test_a_hand_off_without_receipt_is_restored_within_the_receipt_bound_a
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with two_processes(db) as (agents, responders):
-        _, session_id = await new_session(agents)
-        agent = await Agent.ask(agents, session_id, timeout_seconds=5.0)
-        agent.wait()
+        agent = await waiting_agent(agents, timeout_seconds=5.0)
         confirmation = gate(agents, monkeypatch, "_finalize")
-        responding = asyncio.create_task(
-            responders.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        responding = asyncio.create_task(answer(responders, agent))
         await asyncio.wait_for(confirmation.entered.wait(), WITHIN)  # the waiter got the hand-off
         result = await asyncio.wait_for(responding, WITHIN)
         assert isinstance(result, lc.DeliveryFailed)
@@ -129,14 +140,10 @@ async def test_a_confirmation_that_commits_before_the_late_restore_is_reported_a
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with two_processes(db) as (agents, responders):
-        _, session_id = await new_session(agents)
-        agent = await Agent.ask(agents, session_id, timeout_seconds=20.0)
-        agent.wait()
+        agent = await waiting_agent(agents, timeout_seconds=20.0)
         confirmation = gate(agents, monkeypatch, "_finalize")
         recovery = gate(responders, monkeypatch, "_recover_claim")
-        responding = asyncio.create_task(
-            responders.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        responding = asyncio.create_task(answer(responders, agent))
         await asyncio.wait_for(confirmation.entered.wait(), WITHIN)
         await asyncio.wait_for(recovery.entered.wait(), WITHIN)  # no receipt: the responder gives up
         confirmation.release.set()
@@ -150,9 +157,7 @@ async def test_a_confirmation_that_commits_before_the_late_restore_is_reported_a
         # The restore found the claim settled: success, nothing reopened, nothing delivered again.
         assert isinstance(result, lc.Responded)
         assert await rows(db, agent.pending_id) == finalized
-        again = await responders.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        again = await answer(responders, agent)
         assert isinstance(again, lc.Conflict)
         await agent.close()
 
@@ -161,13 +166,8 @@ async def test_a_received_hand_off_across_processes_is_confirmed_without_waiting
     db: Database,
 ) -> None:
     async with two_processes(db) as (agents, responders):
-        _, session_id = await new_session(agents)
-        agent = await Agent.ask(agents, session_id, timeout_seconds=20.0)
-        agent.wait()
-        result = await asyncio.wait_for(
-            responders.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
-            WITHIN,
-        )
+        agent = await waiting_agent(agents, timeout_seconds=20.0)
+        result = await asyncio.wait_for(answer(responders, agent), WITHIN)
         assert isinstance(result, lc.Responded)
         outcome = await agent.outcome(WITHIN)
         assert isinstance(outcome, lc.Answered)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import end_process
 from tests.servers import free_port
 
 
@@ -191,12 +192,6 @@ class PgBouncer:
         return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end_process(self.proc)
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
