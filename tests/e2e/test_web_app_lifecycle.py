@@ -20,15 +20,7 @@ from sqlalchemy import select
 from backend.db.engine import Database
 from backend.db.tables import task_session_turns as T
 from backend.repository import reservations, turns
-from tests.e2e.support import (
-    Relay,
-    by_dialect,
-    card,
-    no_outside_requests,
-    question_icon,
-    reload_app,
-    serve,
-)
+from tests.e2e.support import Relay, by_dialect, card, no_outside_requests, question_icon, reload_app, serve
 from tests.e2e.webapp import ACK, PROMPTS, Api, open_app, question, runner
 from tests.servers import Server
 
