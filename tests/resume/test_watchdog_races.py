@@ -57,6 +57,14 @@ async def watched_live_answer(svc: Services, monkeypatch: pytest.MonkeyPatch) ->
     return watch, session_id, agent
 
 
+async def assert_cancelled_in_flight(db: Database, gate: GatedExecutor, session_id: str) -> None:
+    """The cancellation reached the prompt call in flight, sent once. Cancelled after the attempt
+    marker, it is ambiguous: the successor is kept, and never resent."""
+    assert gate.cancelled, "the cancellation reached the in-flight prompt call"
+    assert len(gate.received) == 1
+    assert gate.received[0].turn_id in {t["id"] for t in await turn_rows(db, session_id)}
+
+
 async def finished(watch: Watch) -> str:
     await asyncio.wait_for(watch.done.wait(), 10)
     return watch.outcome
@@ -128,11 +136,7 @@ async def test_shutdown_during_the_fallback_cancels_its_in_flight_prompt_and_not
         assert watch.phase == "fallback"
         await svc.watchdogs.stop()
         assert await finished(watch) == "cancelled:shutdown"
-        assert gate.cancelled, "the cancellation reached the in-flight prompt call"
-        assert len(gate.received) == 1
-        # Cancelled after the attempt marker: ambiguous, so the successor is kept and never resent.
-        stored = {t["id"] for t in await turn_rows(db, session_id)}
-        assert gate.received[0].turn_id in stored
+        await assert_cancelled_in_flight(db, gate, session_id)
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == gate.received[0].turn_id
         await agent.close()
