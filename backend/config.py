@@ -113,6 +113,19 @@ class Settings:
     # permessage-deflate on WebSockets: off, since an operation's messages are small and compressing
     # each one costs both ends more CPU than it saves on the wire (TURNWISE_WS_COMPRESSION=1 turns it on).
     ws_compression: bool = False
+    # Reach (backend/services/reach.py): a person is told of a pending action still open after
+    # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
+    # with backoff for notify_retry_seconds. public_url makes the links in messages.
+    notify_after_seconds: float = 30.0
+    notify_retry_seconds: float = 600.0
+    notify_poll_seconds: float = 0.5
+    notify_send_seconds: float = 10.0
+    public_url: str | None = None
+    vapid_private_key: str | None = None
+    vapid_subject: str = "mailto:turnwise@localhost"
+    # Outbound targets (push endpoints, webhook, chat and mail hosts) that may resolve to loopback,
+    # private or link-local addresses (host or host:port); none by default: no open relay.
+    outbound_allowed_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -126,6 +139,14 @@ class Settings:
             bootstrap_token=os.environ.get("TURNWISE_BOOTSTRAP_TOKEN") or None,
             allowed_origins=_list("TURNWISE_ALLOWED_ORIGINS", base.allowed_origins),
             allowed_hosts=_list("TURNWISE_ALLOWED_HOSTS", base.allowed_hosts),
+            notify_after_seconds=_float("TURNWISE_NOTIFY_AFTER_SECONDS", base.notify_after_seconds),
+            notify_retry_seconds=_float("TURNWISE_NOTIFY_RETRY_SECONDS", base.notify_retry_seconds),
+            notify_poll_seconds=_float("TURNWISE_NOTIFY_POLL_SECONDS", base.notify_poll_seconds),
+            notify_send_seconds=_float("TURNWISE_NOTIFY_SEND_SECONDS", base.notify_send_seconds),
+            public_url=os.environ.get("TURNWISE_PUBLIC_URL") or None,
+            vapid_private_key=os.environ.get("TURNWISE_VAPID_PRIVATE_KEY") or None,
+            vapid_subject=os.environ.get("TURNWISE_VAPID_SUBJECT") or base.vapid_subject,
+            outbound_allowed_hosts=_list("TURNWISE_OUTBOUND_ALLOWED_HOSTS", base.outbound_allowed_hosts),
             max_wait_seconds=_float("TURNWISE_MAX_WAIT_SECONDS", base.max_wait_seconds),
             live_confirmation_seconds=_float(
                 "TURNWISE_LIVE_CONFIRMATION_SECONDS", base.live_confirmation_seconds

@@ -23,6 +23,7 @@ from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
+from backend.api.reach import ReachMutations, ReachQueries
 from backend.api.scalars import DateTime
 from backend.domain.errors import TurnwiseError
 
@@ -30,13 +31,18 @@ log = logging.getLogger("turnwise.api")
 
 
 @strawberry.type
-class Query(OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries):
+class Query(OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries, ReachQueries):
     pass
 
 
 @strawberry.type
 class Mutation(
-    OperationMutations, AgentMutations, AccessMutations, ClarificationMutations, PermissionMutations
+    OperationMutations,
+    AgentMutations,
+    AccessMutations,
+    ClarificationMutations,
+    PermissionMutations,
+    ReachMutations,
 ):
     pass
 

@@ -201,6 +201,60 @@ permission_rules = Table(
     UniqueConstraint("session_id", "tool_name", "input_key"),
 )
 
+# Reach: where a person hears of a pending action with no tab open. A browser's Web Push subscription
+# (one per device: its endpoint is unique) and a chat or mail channel (an Apprise URL: a secret).
+push_subscriptions = Table(
+    "push_subscriptions",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("endpoint", Text, nullable=False, unique=True),
+    Column("p256dh", String(200), nullable=False),
+    Column("auth", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_push_subscriptions_user", "user_id"),
+)
+notification_channels = Table(
+    "notification_channels",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("label", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_notification_channels_user", "user_id"),
+)
+# One row per (pending action, message kind, destination): written with the ask's own unit of work
+# (kind `pending`) or when a sent push's action stops being pending (kind `close`); the unique key
+# makes each message at most one row. A worker claims due rows (`claimed_by` / `claimed_until`, with
+# SKIP LOCKED on PostgreSQL, so one process sends each), marks them `sending` before it sends (the
+# at-most-once boundary: a row left `sending` by a crash is never sent again), then `sent`,
+# `skipped` (the action was settled meanwhile), `gone` (the destination no longer exists) or
+# `failed` (retried with backoff until its deadline).
+notification_outbox = Table(
+    "notification_outbox",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("pending_id", ID, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("task_id", ID, nullable=False),
+    Column("session_id", ID, nullable=False),
+    Column("destination", String(16), nullable=False),
+    Column("destination_id", ID, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("due_at", UTCDateTime, nullable=False),
+    Column("deadline_at", UTCDateTime, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("claimed_by", String(64), nullable=True),
+    Column("claimed_until", UTCDateTime, nullable=True),
+    Column("sent_at", UTCDateTime, nullable=True),
+    Column("close_queued", Boolean, nullable=False, server_default=text("false")),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("pending_id", "kind", "destination", "destination_id"),
+    Index("ix_notification_outbox_due", "status", "due_at"),
+)
+
 meta = Table(
     "turnwise_meta",
     metadata,

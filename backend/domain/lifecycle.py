@@ -393,6 +393,11 @@ class Answered:
     pending_id: str
     answers: tuple[Answer | Decision, ...]
 
+    @property
+    def question_answers(self) -> tuple[Answer, ...]:
+        """A clarification's answers (a permission's decision is not one)."""
+        return tuple(a for a in self.answers if isinstance(a, Answer))
+
 
 @dataclass(frozen=True, slots=True)
 class Rejected:

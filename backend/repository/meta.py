@@ -47,3 +47,12 @@ async def advance_epoch(conn: AsyncConnection) -> int:
     nxt = parse_epoch(current) + 1
     await conn.execute(update(meta).where(meta.c.key == EPOCH_KEY).values(value=str(nxt)))
     return nxt
+
+
+async def value_or_set(conn: AsyncConnection, key: str, candidate: str) -> str:
+    """The stored value of `key`; `candidate` stored first when there is none. Several processes
+    starting at once on a fresh database agree: only one insert takes, all read it back."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    await conn.execute(dialect.insert(meta).values(key=key, value=candidate).on_conflict_do_nothing())
+    stored = (await conn.execute(select(meta.c.value).where(meta.c.key == key))).scalar_one()
+    return str(stored)

@@ -57,6 +57,9 @@ class PendingActionsBase:
     # The primary-answer watchdog's synchronous notifier: called inside the finalized confirmation
     # boundary, before the answer is returned to the agent, so the agent cannot act before it is armed.
     primary_answer_notifier: Callable[[Claim], None] | None = None
+    # Called in the ask's unit of work for a new pending action (pending id, task, session): the
+    # notification outbox's rows (backend/services/reach.py), committed with the ask or not at all.
+    on_asked: Callable[[AsyncConnection, str, str, str], Awaitable[None]] | None = None
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
     # pending id -> session, for bundles this process asked or answered: a bundle never changes
     # session, so a respond to one of them locks its session without first looking it up.

@@ -211,6 +211,8 @@ class Clarifications(Responding):
                     state=None if session.state == SessionState.WAITING_FOR_INPUT else waiting,
                 )
                 changed = [r.id for r in records]
+                if self.on_asked is not None:
+                    await self.on_asked(conn, pending_id, session.task_id, session_id)
                 # What was just written, as the re-read would find it: this process's live waiter.
                 bundle = Bundle(
                     pending_id=pending_id,

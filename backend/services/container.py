@@ -18,6 +18,7 @@ from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
 from backend.services.permissions import Permissions
 from backend.services.prompt_channel import PromptChannel
+from backend.services.reach import Reach
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
 from backend.services.resume_recovery import ReservationRecovery
@@ -52,6 +53,7 @@ class Services:
     waiters: WaiterHub
     clarifications: Clarifications
     permissions: Permissions
+    reach: Reach
     recovery: Recovery
     orchestrator: Orchestrator
     watchdogs: Watchdogs
@@ -81,12 +83,14 @@ class Services:
             ]
 
         prompts.take_inbox = take_inbox
+        reach = Reach(deps)
         clarifications = Clarifications(
             deps,
             waiters,
             resumer=inbox,
             refresh_summaries=summaries.refresh,
             primary_answer_notifier=watchdogs.arm,
+            on_asked=reach.asked,
         )
         return cls(
             deps=deps,
@@ -100,6 +104,7 @@ class Services:
             clarifications=clarifications,
             # The same lifecycle, for the permission kind.
             permissions=Permissions(clarifications),
+            reach=reach,
             recovery=recovery,
             orchestrator=orchestrator,
             watchdogs=watchdogs,

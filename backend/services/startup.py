@@ -62,6 +62,7 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
         ("waiter hub", services.waiters.start),
         ("token cache", services.access.start),
         ("watchdogs", services.watchdogs.start),
+        ("notification worker", services.reach.start),
     ]
     if then is not None:
         after = then
@@ -83,6 +84,7 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
 async def stop(services: Services) -> None:
     """Stop what `start` started, newest first; each stop tolerates never having been started."""
     for name, step in (
+        ("notification worker", services.reach.stop),
         ("watchdogs", services.watchdogs.stop),
         ("claim restorer", services.clarifications.restorer.stop),
         ("token cache", services.access.stop),

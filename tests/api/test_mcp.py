@@ -181,7 +181,7 @@ async def test_a_live_answer_given_in_graphql_reaches_the_tool_result(server: Se
     task_id, _, token = await agent_session(admin, "mcp live")
     async with mcp_session(server.base_url, token) as mcp:
         tools = {t.name for t in (await mcp.list_tools()).tools}
-        assert tools == {"ask_user_question", "wait_for_answer"}
+        assert tools == {"ask_user_question", "approve_tool_use", "wait_for_answer"}
         call = asyncio.create_task(mcp.call_tool("ask_user_question", {"questions": [QUESTION]}))
         pending_id = await wait_for_state(admin, task_id, "ACTIVE_LIVE")
         answered = await respond(admin, pending_id, PICK_POSTGRES)

@@ -173,7 +173,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         assert order == ["confirmation committed", "agent received the answer"]
         assert isinstance(outcome, lc.Answered)
         expected = {"q1": (("q1_opt2",), None), "q2": ((), "neither")}
-        assert {a.question_id: (a.selected_option_ids, a.custom_text) for a in outcome.answers} == {
+        assert {a.question_id: (a.selected_option_ids, a.custom_text) for a in outcome.question_answers} == {
             q: expected[q] for q in list(expected)[:count]
         }
         stored = await rows(db, agent.pending_id)
@@ -365,7 +365,7 @@ async def test_multi_select_question_takes_several_options(db: Database) -> None
         assert isinstance(result, lc.Responded)
         outcome = await agent.outcome()
         assert isinstance(outcome, lc.Answered)
-        assert outcome.answers[0].selected_option_ids == (
+        assert outcome.question_answers[0].selected_option_ids == (
             "q1_opt1",
             "q1_opt2",
         )

@@ -1,0 +1,381 @@
+"""Reach: push subscriptions, notification channels and the notification outbox."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, bindparam, delete, exists, func, literal, or_, select, true, union_all, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import utcnow
+from backend.db.prepared import Prepared
+from backend.db.tables import notification_channels as C
+from backend.db.tables import notification_outbox as O
+from backend.db.tables import push_subscriptions as P
+from backend.db.tables import task_grants as G
+from backend.db.tables import users as U
+from backend.domain.ids import new_id
+
+PENDING = "pending"
+CLOSE = "close"
+PUSH = "push"
+CHANNEL = "channel"
+QUEUED, SENDING, SENT, SKIPPED, GONE, FAILED = "queued", "sending", "sent", "skipped", "gone", "failed"
+# Roles that see every task (backend/api/access.py); an agent is never told of its own question.
+READ_ALL_ROLES = ("admin", "support")
+
+
+@dataclass(frozen=True, slots=True)
+class PushSubscription:
+    id: str
+    user_id: str
+    endpoint: str
+    p256dh: str
+    auth: str
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    id: str
+    user_id: str
+    url: str
+    label: str
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    id: str
+    pending_id: str
+    kind: str
+    task_id: str
+    session_id: str
+    destination: str
+    destination_id: str
+    status: str
+    due_at: dt.datetime
+    deadline_at: dt.datetime
+    attempts: int
+
+
+def _outbox(row: Any) -> OutboxRow:
+    return OutboxRow(
+        row.id,
+        row.pending_id,
+        row.kind,
+        row.task_id,
+        row.session_id,
+        row.destination,
+        row.destination_id,
+        row.status,
+        row.due_at,
+        row.deadline_at,
+        int(row.attempts),
+    )
+
+
+# --- destinations -------------------------------------------------------------------------------
+
+
+async def save_push_subscription(
+    conn: AsyncConnection, user_id: str, endpoint: str, p256dh: str, auth: str
+) -> None:
+    """One row per endpoint (a browser profile on a device): registering it again updates its keys,
+    and moves it to this user (a device signed in as someone else since)."""
+    found = (await conn.execute(select(P.c.id).where(P.c.endpoint == endpoint))).first()
+    if found is None:
+        await conn.execute(
+            P.insert().values(
+                id=new_id(), user_id=user_id, endpoint=endpoint, p256dh=p256dh, auth=auth, created_at=utcnow()
+            )
+        )
+    else:
+        await conn.execute(
+            update(P).where(P.c.id == found.id).values(user_id=user_id, p256dh=p256dh, auth=auth)
+        )
+
+
+async def delete_push_subscription(conn: AsyncConnection, user_id: str, endpoint: str) -> bool:
+    result = await conn.execute(delete(P).where(P.c.user_id == user_id, P.c.endpoint == endpoint))
+    return bool(result.rowcount)
+
+
+async def drop_push_subscription(conn: AsyncConnection, subscription_id: str) -> None:
+    """The push service said the subscription is gone (404/410)."""
+    await conn.execute(delete(P).where(P.c.id == subscription_id))
+
+
+async def push_subscriptions(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, PushSubscription]:
+    if not ids:
+        return {}
+    result = await conn.execute(select(P).where(P.c.id.in_(list(ids))))
+    return {r.id: PushSubscription(r.id, r.user_id, r.endpoint, r.p256dh, r.auth) for r in result}
+
+
+async def add_channel(conn: AsyncConnection, user_id: str, url: str, label: str) -> Channel:
+    channel = Channel(new_id(), user_id, url, label, utcnow())
+    await conn.execute(
+        C.insert().values(id=channel.id, user_id=user_id, url=url, label=label, created_at=channel.created_at)
+    )
+    return channel
+
+
+async def channels_of(conn: AsyncConnection, user_id: str) -> list[Channel]:
+    result = await conn.execute(select(C).where(C.c.user_id == user_id).order_by(C.c.created_at, C.c.id))
+    return [Channel(r.id, r.user_id, r.url, r.label, r.created_at) for r in result]
+
+
+async def channels(conn: AsyncConnection, ids: Sequence[str]) -> dict[str, Channel]:
+    if not ids:
+        return {}
+    result = await conn.execute(select(C).where(C.c.id.in_(list(ids))))
+    return {r.id: Channel(r.id, r.user_id, r.url, r.label, r.created_at) for r in result}
+
+
+async def remove_channel(conn: AsyncConnection, user_id: str, channel_id: str) -> bool:
+    result = await conn.execute(delete(C).where(C.c.user_id == user_id, C.c.id == channel_id))
+    return bool(result.rowcount)
+
+
+# --- the outbox ---------------------------------------------------------------------------------
+
+_B_PENDING = bindparam("b_pending", type_=O.c.pending_id.type)
+_B_TASK = bindparam("b_task", type_=O.c.task_id.type)
+_B_SESSION = bindparam("b_session", type_=O.c.session_id.type)
+_B_DUE = bindparam("b_due", type_=O.c.due_at.type)
+_B_DEADLINE = bindparam("b_deadline", type_=O.c.deadline_at.type)
+_B_NOW = bindparam("b_now", type_=O.c.created_at.type)
+
+
+def _sees_task(user_id: Any) -> Any:
+    """The user may read the task `b_task`: a role that reads every task, or a grant."""
+    return exists().where(
+        U.c.id == user_id,
+        or_(
+            U.c.role.in_(READ_ALL_ROLES),
+            and_(U.c.role == "user", exists().where(G.c.user_id == user_id, G.c.task_id == _B_TASK)),
+        ),
+    )
+
+
+def _destinations(table: Any, destination: str, kind: str) -> Any:
+    return select(
+        (_B_PENDING + literal(f":{kind[0]}{destination[0]}:") + table.c.id).label("id"),
+        _B_PENDING.label("pending_id"),
+        literal(kind).label("kind"),
+        _B_TASK.label("task_id"),
+        _B_SESSION.label("session_id"),
+        literal(destination).label("destination"),
+        table.c.id.label("destination_id"),
+        literal(QUEUED).label("status"),
+        _B_DUE.label("due_at"),
+        _B_DEADLINE.label("deadline_at"),
+        literal(0).label("attempts"),
+        _B_NOW.label("created_at"),
+    ).where(_sees_task(table.c.user_id))
+
+
+_COLUMNS = [
+    "id",
+    "pending_id",
+    "kind",
+    "task_id",
+    "session_id",
+    "destination",
+    "destination_id",
+    "status",
+    "due_at",
+    "deadline_at",
+    "attempts",
+    "created_at",
+]
+# What a new pending action's ask writes, in its own unit of work: one row per destination of
+# every user who can see the task. One statement, whatever the number of destinations (none too).
+_ENQUEUE_ASK = Prepared(
+    O.insert().from_select(
+        _COLUMNS, union_all(_destinations(P, PUSH, PENDING), _destinations(C, CHANNEL, PENDING))
+    )
+)
+
+
+async def enqueue_ask(
+    conn: AsyncConnection,
+    *,
+    pending_id: str,
+    task_id: str,
+    session_id: str,
+    due_at: dt.datetime,
+    deadline_at: dt.datetime,
+) -> None:
+    await _ENQUEUE_ASK.many(
+        conn,
+        [
+            {
+                "b_pending": pending_id,
+                "b_task": task_id,
+                "b_session": session_id,
+                "b_due": due_at,
+                "b_deadline": deadline_at,
+                "b_now": utcnow(),
+            }
+        ],
+    )
+
+
+async def claim_due(
+    conn: AsyncConnection, instance_id: str, now: dt.datetime, lease: dt.timedelta, limit: int
+) -> list[OutboxRow]:
+    """Take up to `limit` due rows for this process (PostgreSQL: rows another process holds are
+    skipped, so each is taken by one) and mark them `sending`: the at-most-once boundary."""
+    due = (
+        select(O.c.id)
+        .where(O.c.status == QUEUED, O.c.due_at <= now)
+        .order_by(O.c.due_at, O.c.id)
+        .limit(limit)
+    )
+    if conn.dialect.name == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    result = await conn.execute(
+        update(O)
+        .where(O.c.id.in_(due.scalar_subquery()))
+        .values(status=SENDING, claimed_by=instance_id, claimed_until=now + lease, attempts=O.c.attempts + 1)
+        .returning(*O.c)
+    )
+    return sorted((_outbox(r) for r in result), key=lambda r: (r.due_at, r.id))
+
+
+async def finish(
+    conn: AsyncConnection,
+    row_id: str,
+    status: str,
+    *,
+    error: str | None = None,
+    retry_at: dt.datetime | None = None,
+) -> None:
+    """Record how a claimed row's send ended; `retry_at` puts it back in the queue."""
+    values: dict[str, Any] = {
+        "status": status,
+        "last_error": error,
+        "claimed_by": None,
+        "claimed_until": None,
+    }
+    if status == SENT:
+        values["sent_at"] = utcnow()
+    if retry_at is not None:
+        values.update(status=QUEUED, due_at=retry_at)
+    await conn.execute(update(O).where(O.c.id == row_id, O.c.status == SENDING).values(values))
+
+
+async def abandon_stale_sends(conn: AsyncConnection, now: dt.datetime) -> int:
+    """Rows left `sending` by a process that died (their lease ran out): they may have been sent, so
+    they are never sent again (at most once); recorded as failed."""
+    result = await conn.execute(
+        update(O)
+        .where(O.c.status == SENDING, O.c.claimed_until < now)
+        .values(status=FAILED, last_error="the sending process stopped before it recorded the outcome")
+    )
+    return int(result.rowcount or 0)
+
+
+async def sent_push_actions(conn: AsyncConnection, limit: int) -> list[str]:
+    """Pending ids with a delivered push whose close is not queued yet (oldest first)."""
+    result = await conn.execute(
+        select(O.c.pending_id)
+        .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
+        .group_by(O.c.pending_id)
+        .order_by(O.c.pending_id)
+        .limit(limit)
+    )
+    return [r.pending_id for r in result]
+
+
+async def queue_closes(
+    conn: AsyncConnection, pending_ids: Sequence[str], now: dt.datetime, deadline: dt.datetime
+) -> int:
+    """A `close` push to every device that was shown these actions; each at most once."""
+    if not pending_ids:
+        return 0
+    sent = (
+        select(O)
+        .where(
+            O.c.pending_id.in_(list(pending_ids)),
+            O.c.kind == PENDING,
+            O.c.destination == PUSH,
+            O.c.status == SENT,
+            O.c.close_queued.is_(False),
+        )
+        .subquery()
+    )
+    closes = select(
+        (sent.c.pending_id + literal(f":{CLOSE[0]}{PUSH[0]}:") + sent.c.destination_id).label("id"),
+        sent.c.pending_id,
+        literal(CLOSE).label("kind"),
+        sent.c.task_id,
+        sent.c.session_id,
+        sent.c.destination,
+        sent.c.destination_id,
+        literal(QUEUED).label("status"),
+        literal(now, O.c.due_at.type).label("due_at"),
+        literal(deadline, O.c.deadline_at.type).label("deadline_at"),
+        literal(0).label("attempts"),
+        literal(now, O.c.created_at.type).label("created_at"),
+    ).where(true())  # SQLite reads INSERT ... SELECT ... ON CONFLICT only with a WHERE before it
+    insert = (postgresql.insert(O) if conn.dialect.name == "postgresql" else sqlite.insert(O)).from_select(
+        _COLUMNS, closes
+    )
+    result = await conn.execute(insert.on_conflict_do_nothing())
+    await conn.execute(
+        update(O)
+        .where(O.c.pending_id.in_(list(pending_ids)), O.c.kind == PENDING, O.c.destination == PUSH)
+        .values(close_queued=True)
+    )
+    return int(result.rowcount or 0)
+
+
+async def rows_for(conn: AsyncConnection, pending_id: str) -> list[OutboxRow]:
+    result = await conn.execute(
+        select(O).where(O.c.pending_id == pending_id).order_by(O.c.created_at, O.c.id)
+    )
+    return [_outbox(r) for r in result]
+
+
+BOOTSTRAP_USER = "bootstrap"
+
+
+async def ensure_bootstrap_user(conn: AsyncConnection) -> None:
+    """The bootstrap token's admin has no user row of its own; destinations belong to a user, so it
+    gets one (created once, by whichever process needs it first)."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    await conn.execute(
+        dialect.insert(U)
+        .values(id=BOOTSTRAP_USER, name="(bootstrap token)", role="admin", created_at=utcnow())
+        .on_conflict_do_nothing()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outlook:
+    next_due: dt.datetime | None  # the earliest queued row
+    stale_sends: bool  # rows a dead process left `sending`
+    awaiting_close: bool  # delivered pushes whose close is not queued yet
+
+
+_OUTLOOK = select(
+    select(func.min(O.c.due_at)).where(O.c.status == QUEUED).scalar_subquery().label("next_due"),
+    exists()
+    .where(O.c.status == SENDING, O.c.claimed_until < bindparam("b_now", type_=O.c.claimed_until.type))
+    .label("stale"),
+    exists()
+    .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
+    .label("awaiting_close"),
+)
+
+
+async def outlook(conn: AsyncConnection, now: dt.datetime) -> Outlook:
+    """What the worker has to do, in one read: nothing at all is the common case."""
+    row = (await conn.execute(_OUTLOOK, {"b_now": now})).one()
+    return Outlook(row.next_due, bool(row.stale), bool(row.awaiting_close))

@@ -1,0 +1,381 @@
+"""Reach: a person hears of a pending action with no tab open (Web Push, chat and mail channels).
+
+Whom to tell is decided from the committed ask: `asked` writes one outbox row per destination of
+every user who can see the task, in the ask's own unit of work (one statement), so an ask never
+waits for a notification and a notification never exists for an ask that rolled back. The worker
+(one loop per process) then, every `notify_poll_seconds`:
+
+1. records rows a dead process left `sending` as failed (they may have gone out: never twice);
+2. claims due rows (`notify_after_seconds` after the ask; PostgreSQL: SKIP LOCKED, so with
+   `--workers N` exactly one process takes each row), marking them `sending`;
+3. sends each whose action is still pending (else `skipped`): a push through the subscription's
+   push service, a message through Apprise; 404/410 removes the subscription; a refused connection,
+   429 or 5xx is retried with backoff until the row's deadline (`notify_retry_seconds`); a send
+   whose outcome is unknown (a read timeout) is not retried;
+4. queues a `close` push for every device shown an action that stopped being pending, for any
+   reason (answered anywhere, skipped, superseded, expired, cancelled).
+
+A dead push service or webhook costs the worker a bounded wait (`notify_send_seconds`), never an ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.db.engine import utcnow
+from backend.db.health import is_outage
+from backend.domain import reach as text
+from backend.domain.errors import InvalidInput, NotFound
+from backend.domain.lifecycle import Bundle, BundleState, bundle_turn
+from backend.outbound import channels, webpush
+from backend.outbound.guard import OutboundRefused, check_target
+from backend.repository import clarifications as bundles
+from backend.repository import meta, tasks
+from backend.repository import reach as repo
+from backend.repository.reach import OutboxRow
+from backend.services.context import Deps
+
+log = logging.getLogger("turnwise.reach")
+VAPID_KEY = "vapid_private_key"
+BATCH = 50
+CLOSE_SCAN = 200
+LEASE = dt.timedelta(minutes=2)
+ACTIVE = (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED)
+MAX_LABEL = 200
+# An idle worker looks at the outbox this often (a row another process wrote and could not send);
+# its own process's asks wake it for their due time.
+IDLE_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class ChannelView:
+    id: str
+    label: str
+    target: str  # the URL with its secrets masked
+    created_at: dt.datetime
+
+
+def _backoff(attempts: int) -> dt.timedelta:
+    return dt.timedelta(seconds=min(2.0 ** max(attempts - 1, 0), 60.0))
+
+
+@dataclass
+class Reach:
+    deps: Deps
+    keys: webpush.VapidKeys | None = None
+    client: httpx.AsyncClient | None = None
+    _task: asyncio.Task[None] | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    sent: int = 0  # messages this process delivered (tests and the bench read it)
+    _soonest: dt.datetime | None = None  # the earliest due time of this process's own asks
+
+    @property
+    def settings(self) -> Any:
+        return self.deps.settings
+
+    # --- lifetime -------------------------------------------------------------------------------
+
+    async def start(self, *, worker: bool = True) -> None:
+        await self.load_keys()
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.settings.notify_send_seconds))
+        if worker:
+            self._task = asyncio.create_task(self._run(), name="turnwise-reach")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+
+    async def load_keys(self) -> webpush.VapidKeys:
+        """The VAPID key pair: TURNWISE_VAPID_PRIVATE_KEY, or the one kept in the database (made on
+        the first start; processes starting together agree on one)."""
+        if self.keys is None:
+            configured = self.settings.vapid_private_key
+            if configured:
+                self.keys = webpush.VapidKeys.load(configured)
+            else:
+                candidate = webpush.VapidKeys.generate().private_text()
+                async with self.deps.db.write() as conn:
+                    stored = await meta.value_or_set(conn, VAPID_KEY, candidate)
+                self.keys = webpush.VapidKeys.load(stored)
+        return self.keys
+
+    # --- the ask's part -------------------------------------------------------------------------
+
+    async def asked(self, conn: AsyncConnection, pending_id: str, task_id: str, session_id: str) -> None:
+        """In the ask's unit of work: the outbox rows of a new pending action (one statement)."""
+        due = utcnow() + dt.timedelta(seconds=self.settings.notify_after_seconds)
+        # The worker looks again by the due time, whether or not it sees these rows (not committed
+        # yet) when it wakes now.
+        if self._soonest is None or due < self._soonest:
+            self._soonest = due
+            self._wake.set()
+        await repo.enqueue_ask(
+            conn,
+            pending_id=pending_id,
+            task_id=task_id,
+            session_id=session_id,
+            due_at=due,
+            deadline_at=due + dt.timedelta(seconds=self.settings.notify_retry_seconds),
+        )
+
+    # --- destinations ---------------------------------------------------------------------------
+
+    async def _guard(self, field_name: str, url: str) -> None:
+        parts = urlsplit(url)
+        await check_target(field_name, parts.hostname, parts.port, self.settings.outbound_allowed_hosts)
+
+    async def register_push(self, user_id: str, endpoint: str, p256dh: str, auth: str) -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise InvalidInput("endpoint", "must be the push service URL of the subscription")
+        if parts.scheme == "http" and parts.hostname not in self.settings.outbound_allowed_hosts:
+            raise InvalidInput("endpoint", "must be an https URL")
+        for name, value, size in (("p256dh", p256dh, 65), ("auth", auth, 16)):
+            try:
+                raw = webpush.b64url_decode(value)
+            except ValueError:
+                raise InvalidInput(name, "must be URL-safe base64") from None
+            if len(raw) != size:
+                raise InvalidInput(name, f"must hold {size} bytes")
+        await self._guard("endpoint", endpoint)
+        async with self.deps.db.write() as conn:
+            if user_id == repo.BOOTSTRAP_USER:
+                await repo.ensure_bootstrap_user(conn)
+            await repo.save_push_subscription(conn, user_id, endpoint, p256dh, auth)
+        log.info("push subscription registered", extra={"event": "reach.push_registered", "user_id": user_id})
+
+    async def unregister_push(self, user_id: str, endpoint: str) -> bool:
+        async with self.deps.db.write() as conn:
+            return await repo.delete_push_subscription(conn, user_id, endpoint)
+
+    async def add_channel(self, user_id: str, url: str, label: str | None) -> ChannelView:
+        target = await asyncio.to_thread(channels.inspect, url)
+        if target.host is not None:
+            await check_target("url", target.host, target.port, self.settings.outbound_allowed_hosts)
+        name = (label or "").strip() or target.scheme
+        if len(name) > MAX_LABEL:
+            raise InvalidInput("label", f"must be at most {MAX_LABEL} characters")
+        async with self.deps.db.write() as conn:
+            if user_id == repo.BOOTSTRAP_USER:
+                await repo.ensure_bootstrap_user(conn)
+            channel = await repo.add_channel(conn, user_id, url.strip(), name)
+        log.info(
+            "notification channel added",
+            extra={"event": "reach.channel_added", "user_id": user_id, "target": target.masked},
+        )
+        return ChannelView(channel.id, channel.label, target.masked, channel.created_at)
+
+    async def channels(self, user_id: str) -> list[ChannelView]:
+        async with self.deps.db.read() as conn:
+            found = await repo.channels_of(conn, user_id)
+        out = []
+        for c in found:
+            try:
+                masked = (await asyncio.to_thread(channels.inspect, c.url)).masked
+            except InvalidInput:
+                masked = f"{urlsplit(c.url).scheme}://…"
+            out.append(ChannelView(c.id, c.label, masked, c.created_at))
+        return out
+
+    async def remove_channel(self, user_id: str, channel_id: str) -> bool:
+        async with self.deps.db.write() as conn:
+            return await repo.remove_channel(conn, user_id, channel_id)
+
+    # --- the worker -----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                delay = await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                delay = self.settings.notify_poll_seconds
+                if is_outage(exc):
+                    log.warning("notification worker: database unavailable; retrying")
+                else:
+                    log.exception("notification worker step failed", extra={"event": "reach.worker_failed"})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self._wake.clear()
+
+    async def run_once(self) -> float:
+        """One pass of the worker; the seconds until it should look again. An idle worker costs one
+        read every IDLE_SECONDS, or until this process asks something (`asked` wakes it)."""
+        now = utcnow()
+        async with self.deps.db.read() as conn:
+            seen = await repo.outlook(conn, now)
+        if seen.stale_sends:
+            async with self.deps.db.write() as conn:
+                await repo.abandon_stale_sends(conn, now)
+        if seen.next_due is not None and seen.next_due <= now:
+            async with self.deps.db.write() as conn:
+                claimed = await repo.claim_due(conn, self.deps.instance_id, now, LEASE, BATCH)
+            if claimed:
+                states = await self._states([r.pending_id for r in claimed])
+                await asyncio.gather(*(self._send(r, states.get(r.pending_id)) for r in claimed))
+                return 0.0  # more may be due: look again at once
+        if seen.awaiting_close:
+            await self._queue_closes()
+        delay = IDLE_SECONDS
+        soonest = self._soonest
+        if soonest is not None:
+            if soonest <= now:
+                self._soonest = None
+            else:
+                delay = min(delay, (soonest - now).total_seconds())
+        if seen.next_due is not None:
+            delay = min(delay, max((seen.next_due - utcnow()).total_seconds(), 0.0))
+        if seen.awaiting_close:
+            delay = min(delay, self.settings.notify_poll_seconds)
+        return max(delay, 0.01)
+
+    async def _states(self, pending_ids: Sequence[str]) -> dict[str, Bundle]:
+        async with self.deps.db.read() as conn:
+            facts = await bundles.bundle_facts(conn, list(dict.fromkeys(pending_ids)))
+        out = {}
+        for pending_id, (rows, task_id, session_state, current_turn) in facts.items():
+            out[pending_id] = Bundle(
+                pending_id=pending_id,
+                task_id=task_id,
+                session_id=rows[0].session_id,
+                turn_id=bundle_turn(rows),
+                session_state=session_state,
+                current_turn_id=current_turn,
+                rows=tuple(rows),
+            )
+        return out
+
+    async def _queue_closes(self) -> None:
+        async with self.deps.db.read() as conn:
+            shown = await repo.sent_push_actions(conn, CLOSE_SCAN)
+        if not shown:
+            return
+        states = await self._states(shown)
+        settled = [p for p in shown if p not in states or states[p].state not in ACTIVE]
+        if settled:
+            now = utcnow()
+            async with self.deps.db.write() as conn:
+                queued = await repo.queue_closes(
+                    conn, settled, now, now + dt.timedelta(seconds=self.settings.notify_retry_seconds)
+                )
+            if queued:
+                self._wake.set()
+
+    async def _finish(self, row: OutboxRow, status: str, error: str | None = None) -> None:
+        async with self.deps.db.write() as conn:
+            await repo.finish(conn, row.id, status, error=error)
+
+    async def _retry(self, row: OutboxRow, error: str) -> None:
+        retry_at = utcnow() + _backoff(row.attempts)
+        async with self.deps.db.write() as conn:
+            if retry_at > row.deadline_at:
+                await repo.finish(conn, row.id, repo.FAILED, error=f"gave up: {error}")
+            else:
+                await repo.finish(conn, row.id, repo.QUEUED, error=error, retry_at=retry_at)
+
+    async def _send(self, row: OutboxRow, bundle: Bundle | None) -> None:
+        try:
+            if row.kind == repo.PENDING and (bundle is None or bundle.state not in ACTIVE):
+                await self._finish(row, repo.SKIPPED)
+                return
+            if row.destination == repo.PUSH:
+                await self._push(row, bundle)
+            else:
+                await self._message(row, bundle)
+        except OutboundRefused as exc:
+            await self._finish(row, repo.FAILED, str(exc))
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            await self._retry(row, f"{type(exc).__name__}: {exc}")
+        except (httpx.TimeoutException, TimeoutError) as exc:
+            # It may have arrived: never sent twice.
+            await self._finish(row, repo.FAILED, f"no answer in time ({type(exc).__name__})")
+        except Exception as exc:
+            if is_outage(exc):
+                raise
+            log.warning(
+                "notification failed", extra={"event": "reach.send_failed", "row": row.id}, exc_info=True
+            )
+            await self._finish(row, repo.FAILED, f"{type(exc).__name__}: {exc}"[:500])
+
+    async def _task_title(self, task_id: str) -> str:
+        async with self.deps.db.read() as conn:
+            try:
+                return (await tasks.get_task(conn, task_id)).title
+            except NotFound:
+                return "A task"
+
+    async def _push(self, row: OutboxRow, bundle: Bundle | None) -> None:
+        async with self.deps.db.read() as conn:
+            found = (await repo.push_subscriptions(conn, [row.destination_id])).get(row.destination_id)
+        if found is None:
+            await self._finish(row, repo.GONE)
+            return
+        await self._guard("endpoint", found.endpoint)
+        if row.kind == repo.CLOSE or bundle is None:
+            payload = text.close_payload(row.pending_id)
+        else:
+            payload = text.push_payload(bundle, await self._task_title(row.task_id))
+        client = self.client or httpx.AsyncClient(timeout=self.settings.notify_send_seconds)
+        result = await webpush.send(
+            client,
+            await self.load_keys(),
+            self.settings.vapid_subject,
+            found.endpoint,
+            found.p256dh,
+            found.auth,
+            text.encode(payload),
+            urgency="normal" if row.kind == repo.CLOSE else "high",
+        )
+        if result.delivered:
+            self.sent += 1
+            await self._finish(row, repo.SENT)
+            log.info(
+                "push sent",
+                extra={"event": "reach.push_sent", "pending_id": row.pending_id, "kind": row.kind},
+            )
+        elif result.gone:
+            async with self.deps.db.write() as conn:
+                await repo.drop_push_subscription(conn, found.id)
+                await repo.finish(conn, row.id, repo.GONE, error=result.detail)
+            log.info("push subscription gone", extra={"event": "reach.push_gone", "status": result.detail})
+        elif result.retryable:
+            await self._retry(row, result.detail)
+        else:
+            await self._finish(row, repo.FAILED, result.detail)
+
+    async def _message(self, row: OutboxRow, bundle: Bundle | None) -> None:
+        async with self.deps.db.read() as conn:
+            found = (await repo.channels(conn, [row.destination_id])).get(row.destination_id)
+        if found is None or bundle is None:
+            await self._finish(row, repo.GONE)
+            return
+        target = await asyncio.to_thread(channels.inspect, found.url)
+        if target.host is not None:
+            await check_target("url", target.host, target.port, self.settings.outbound_allowed_hosts)
+        public = self.settings.public_url or f"http://{self.settings.host}:{self.settings.port}"
+        title, body = text.chat_message(bundle, await self._task_title(row.task_id), row.session_id, public)
+        if await channels.deliver(found.url, title, body, self.settings.notify_send_seconds):
+            self.sent += 1
+            await self._finish(row, repo.SENT)
+            log.info(
+                "channel message sent",
+                extra={"event": "reach.channel_sent", "pending_id": row.pending_id, "target": target.masked},
+            )
+        else:
+            await self._retry(row, f"{target.scheme} did not accept the message")

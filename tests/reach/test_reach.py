@@ -1,0 +1,298 @@
+"""Reach end to end: a real `turnwise serve` tells people of pending actions through real receivers on
+this machine (a Web Push endpoint that checks VAPID and decrypts, an Apprise json:// webhook, an SMTP
+server), once per destination, after TURNWISE_NOTIFY_AFTER_SECONDS, across restarts and workers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import pytest
+
+from tests.api.client import Client, GraphQLError
+from tests.api.gql import GRANT, running_session, token_for
+from tests.reach.receivers import PushService, Received, json_channel, push_service, smtp_server
+from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+
+PUBLIC = "http://turnwise.example"
+ENV = {
+    "TURNWISE_NOTIFY_AFTER_SECONDS": "0.3",
+    "TURNWISE_NOTIFY_POLL_SECONDS": "0.1",
+    "TURNWISE_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
+    "TURNWISE_PUBLIC_URL": PUBLIC,
+}
+ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!, $t: Float) {
+  askClarification(sessionId: $s, questions: $q, timeoutSeconds: $t) {
+    __typename ... on ClarificationAsked { bundle { pendingId } } } }"""
+ASK_PERMISSION = """subscription($s: ID!) {
+  askPermission(sessionId: $s, toolName: "Bash", input: {command: "make deploy"}, timeoutSeconds: 0.2) {
+    __typename ... on PermissionAsked { request { pendingId } } } }"""
+ANSWER = """mutation($p: ID!) { respondToClarification(pendingId: $p,
+  answers: [{questionId: "q1", selectedOptionIds: ["q1_opt2"]}]) { __typename } }"""
+ADD_CHANNEL = """mutation($u: String!, $l: String) { addNotificationChannel(url: $u, label: $l) {
+  id label target } }"""
+CHANNELS = "{ notificationChannels { id label target } }"
+REMOVE_CHANNEL = "mutation($c: ID!) { removeNotificationChannel(channelId: $c) }"
+REGISTER = """mutation($e: String!, $k: String!, $a: String!) {
+  registerPushSubscription(endpoint: $e, p256dh: $k, auth: $a) }"""
+PUSH_CONFIG = "{ pushConfig { vapidPublicKey } }"
+QUESTION = {"prompt": "Deploy to staging now?", "options": [{"label": "Yes"}, {"label": "Not yet"}]}
+
+
+StartServer = Callable[..., Awaitable[Server]]
+
+
+@pytest.fixture
+async def start() -> AsyncIterator[StartServer]:
+    """`await start(dialect, env)`: a server on a new database (`url=` for another server on one);
+    every server stopped and every database dropped at the end."""
+    servers: list[Server] = []
+    databases: list[str] = []
+
+    async def make(
+        dialect: str = "sqlite", env: dict[str, str] | None = None, *, url: str | None = None
+    ) -> Server:
+        if url is None:
+            url = await asyncio.to_thread(fresh_database, dialect)
+            databases.append(url)
+        server = Server(url, env={**ENV, **(env or {})})
+        servers.append(server)
+        return await asyncio.to_thread(server.start)
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            await asyncio.to_thread(server.stop)
+        for url in databases:
+            await asyncio.to_thread(drop_database, url)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def dialect(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql":
+        request.getfixturevalue("pg_url")  # skips, or fails where PostgreSQL is required
+    return str(request.param)
+
+
+@asynccontextmanager
+async def people(server: Server) -> AsyncIterator[tuple[Client, Client, str, str, str]]:
+    """(admin, the person, task id, session id, the agent's token): the person may see the task."""
+    admin = Client(server.base_url, ADMIN_TOKEN)
+    task_id, session_id = await running_session(admin, title="Release 2.4")
+    user_id, user_token = await token_for(admin, "user", name="dana")
+    await admin.execute(GRANT, {"u": user_id, "t": task_id})
+    _, agent_token = await token_for(admin, "agent", name="release-agent", session_id=session_id)
+    person = Client(server.base_url, user_token)
+    try:
+        yield admin, person, task_id, session_id, agent_token
+    finally:
+        await person.aclose()
+        await admin.aclose()
+
+
+async def ask(server: Server, token: str, session_id: str, *, wait: float = 0.2) -> str:
+    """The agent asks and detaches at once (the question stays open)."""
+    agent = Client(server.base_url, token)
+    try:
+        async with agent.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": wait}) as sub:
+            asked = (await sub.next())["askClarification"]
+            pending_id = str(asked["bundle"]["pendingId"])
+            await sub.next(timeout=10)  # detached
+        return pending_id
+    finally:
+        await agent.aclose()
+
+
+async def register(person: Client, service: PushService) -> None:
+    browser = service.browser
+    ok = await person.execute(
+        REGISTER, {"e": service.endpoint, "k": browser.p256dh, "a": browser.auth_secret}
+    )
+    assert ok == {"registerPushSubscription": True}
+
+
+async def settle(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def test_a_question_reaches_a_phone_a_chat_and_a_mailbox_once_and_its_push_closes_when_answered(
+    dialect: str, start: StartServer
+) -> None:
+    server = await start(dialect)
+    with (
+        json_channel() as (hook, chat),
+        smtp_server() as (smtp_port, mail),
+        push_service() as phone,
+    ):
+        async with people(server) as (admin, person, task_id, session_id, agent_token):
+            key = (await person.execute(PUSH_CONFIG))["pushConfig"]["vapidPublicKey"]
+            assert len(key) == 87  # an uncompressed P-256 point, URL-safe base64
+            await register(person, phone)
+            added = await person.execute(
+                ADD_CHANNEL, {"u": f"json://bot:s3cret@{hook}/hook", "l": "team chat"}
+            )
+            assert added["addNotificationChannel"]["label"] == "team chat"
+            mailto = (
+                f"mailto://127.0.0.1:{smtp_port}/?from=turnwise@example.com&to=dana@example.com&pass=pa55word"
+            )
+            await person.execute(ADD_CHANNEL, {"u": mailto, "l": None})
+            listed = (await person.execute(CHANNELS))["notificationChannels"]
+            assert [c["label"] for c in listed] == ["team chat", "mailto"]
+            assert all("pa55word" not in c["target"] and "s3cret" not in c["target"] for c in listed), listed
+            assert (await admin.execute(CHANNELS))["notificationChannels"] == []  # one's own only
+
+            started_at = time.monotonic()
+            pending_id = await ask(server, agent_token, session_id)
+            (pushed,) = await asyncio.to_thread(phone.received.wait, 1)
+            (message,) = await asyncio.to_thread(chat.wait, 1)
+            (letter,) = await asyncio.to_thread(mail.wait, 1)
+            assert time.monotonic() - started_at < 0.3 + 5
+            link = f"{PUBLIC}/t/{task_id}/s/{session_id}"
+            assert pushed == {
+                "type": "pending",
+                "kind": "clarification",
+                "pendingId": pending_id,
+                "taskId": task_id,
+                "sessionId": session_id,
+                "url": f"/t/{task_id}/s/{session_id}",
+                "title": "Release 2.4: a question for you",
+                "body": "Deploy to staging now?",
+                "actions": [
+                    {"action": "option:q1_opt1", "title": "Yes"},
+                    {"action": "option:q1_opt2", "title": "Not yet"},
+                ],
+            }
+            for text in (message["message"], letter["body"]):
+                for part in ("Release 2.4", "Deploy to staging now?", "Yes, Not yet", link):
+                    assert part in text, text
+            assert letter["to"] == ["dana@example.com"]
+
+            assert (await person.execute(ANSWER, {"p": pending_id}))["respondToClarification"][
+                "__typename"
+            ] == ("ClarificationResponded")
+            _, closed = await asyncio.to_thread(phone.received.wait, 2)
+            assert closed == {"type": "close", "pendingId": pending_id}
+            await settle(1.0)
+            assert len(phone.received.now()) == 2
+            assert len(chat.now()) == 1
+            assert len(mail.now()) == 1
+        assert "s3cret" not in server.log()
+        assert "pa55word" not in server.log()
+
+
+async def test_an_approval_carries_allow_and_deny(dialect: str, start: StartServer) -> None:
+    server = await start(dialect)
+    with push_service() as phone:
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await register(person, phone)
+            agent = Client(server.base_url, agent_token)
+            try:
+                async with agent.subscribe(ASK_PERMISSION, {"s": session_id}) as sub:
+                    pending_id = (await sub.next())["askPermission"]["request"]["pendingId"]
+                    await sub.next(timeout=10)
+            finally:
+                await agent.aclose()
+            (pushed,) = await asyncio.to_thread(phone.received.wait, 1)
+            assert (pushed["kind"], pushed["pendingId"]) == ("permission", pending_id)
+            assert pushed["title"] == "Release 2.4: may the agent use Bash?"
+            assert pushed["body"] == "make deploy"
+            assert [a["action"] for a in pushed["actions"]] == ["allow", "deny"]
+
+
+async def test_an_action_settled_before_its_time_sends_nothing(dialect: str, start: StartServer) -> None:
+    server = await start(dialect, {"TURNWISE_NOTIFY_AFTER_SECONDS": "1.5"})
+    with json_channel() as (hook, chat):
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await person.execute(ADD_CHANNEL, {"u": f"json://{hook}/", "l": "chat"})
+            pending_id = await ask(server, agent_token, session_id)
+            await person.execute(ANSWER, {"p": pending_id})
+            await settle(2.5)
+            assert chat.now() == []
+
+
+async def test_a_private_target_is_refused_and_nothing_is_stored(dialect: str, start: StartServer) -> None:
+    server = await start(dialect, {"TURNWISE_OUTBOUND_ALLOWED_HOSTS": ""})
+    async with people(server) as (_, person, *_rest):
+        for url in (
+            "json://127.0.0.1:9/hook",
+            "json://localhost/hook",
+            "jsons://10.1.2.3/x",
+            "json://[::1]:80/",
+        ):
+            with pytest.raises(GraphQLError) as refused:
+                await person.execute(ADD_CHANNEL, {"u": url, "l": None})
+            assert refused.value.codes == ["BAD_USER_INPUT"]
+            assert "TURNWISE_OUTBOUND_ALLOWED_HOSTS" in str(refused.value)
+        with pytest.raises(GraphQLError) as refused:
+            await person.execute(
+                REGISTER, {"e": "https://169.254.169.254/latest", "k": "B" + "A" * 86, "a": "A" * 22}
+            )
+        assert refused.value.codes == ["BAD_USER_INPUT"]
+        with pytest.raises(GraphQLError) as unknown:
+            await person.execute(ADD_CHANNEL, {"u": "carrier-pigeon://coop/1", "l": None})
+        assert unknown.value.codes == ["BAD_USER_INPUT"]
+        assert (await person.execute(CHANNELS))["notificationChannels"] == []
+
+
+async def test_a_subscription_the_push_service_calls_gone_is_removed(
+    dialect: str, start: StartServer
+) -> None:
+    server = await start(dialect)
+    with push_service() as phone:
+        phone.status = 410
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await register(person, phone)
+            await ask(server, agent_token, session_id)
+            await asyncio.to_thread(phone.asked.wait, 1)  # the service was asked once, and said 410
+            phone.status = 201
+            await ask(server, agent_token, session_id)
+            await settle(1.5)
+            assert phone.received.now() == []  # no subscription left to push to
+
+
+async def test_a_restart_between_the_ask_and_the_send_loses_nothing_and_sends_once(
+    dialect: str, start: StartServer
+) -> None:
+    env = {"TURNWISE_NOTIFY_AFTER_SECONDS": "1.0"}
+    server = await start(dialect, env)
+    with json_channel() as (hook, chat):
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await person.execute(ADD_CHANNEL, {"u": f"json://{hook}/", "l": "chat"})
+            pending_id = await ask(server, agent_token, session_id)
+        await asyncio.to_thread(server.kill)  # before the row was due
+        await start(env=env, url=server.database_url)
+        (message,) = await asyncio.to_thread(chat.wait, 1)
+        assert "Deploy to staging now?" in message["message"]
+        await settle(1.5)
+        assert len(chat.now()) == 1
+        assert pending_id
+
+
+@pytest.mark.pg
+@pytest.mark.usefixtures("pg_url")
+async def test_two_workers_send_each_row_once(start: StartServer) -> None:
+    env = {"TURNWISE_NOTIFY_AFTER_SECONDS": "0.5"}
+    first = await start("postgresql", env)
+    second = await start(env=env, url=first.database_url)
+    with json_channel() as (hook, chat):
+        received: Received = chat
+        admin = Client(first.base_url, ADMIN_TOKEN)
+        user_id, user_token = await token_for(admin, "user", name="dana")
+        person = Client(first.base_url, user_token)
+        await person.execute(ADD_CHANNEL, {"u": f"json://{hook}/", "l": "chat"})
+        asked: list[str] = []
+        for i in range(6):
+            task_id, session_id = await running_session(admin, title=f"task {i}")
+            await admin.execute(GRANT, {"u": user_id, "t": task_id})
+            _, token = await token_for(admin, "agent", name=f"agent-{i}", session_id=session_id)
+            asked.append(await ask(first if i % 2 else second, token, session_id))
+        messages = await asyncio.to_thread(received.wait, len(asked))
+        await settle(1.5)
+        assert len(received.now()) == len(asked)
+        titles = sorted(m["message"].split("\n")[0] for m in messages)
+        assert titles == sorted(f"Task: task {i}" for i in range(6))
+        await person.aclose()
+        await admin.aclose()
