@@ -20,9 +20,11 @@ from sqlalchemy.engine import make_url
 from backend.db import migrate
 from backend.db.engine import Database
 from backend.db.tables import metadata
+from tests.lifecycle.support import kind
 from tests.scenarios import pytest_collection_modifyitems
 
-__all__ = ["pytest_collection_modifyitems"]  # the scenario marker's check runs on every collection
+# The scenario marker's check runs on every collection; `kind` is each kind of pending action.
+__all__ = ["kind", "pytest_collection_modifyitems"]
 
 PG_URL = os.environ.get("TURNWISE_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TURNWISE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -1,6 +1,7 @@
 """Killing the server between the steps of a detached resume, then restarting it on the same database:
 no answer is lost (answerable again, or handed to the agent once) and no prompt is dispatched twice,
-judged by the scripted executor's own fsynced log."""
+judged by the scripted executor's own fsynced log. For a detached clarification answer and a detached
+ALLOW alike (the agent asked with askPermission and its wait ran out)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from backend import faults
 from backend.db.engine import Database
 from tests.api.client import Client
+from tests.api.kinds import API_KINDS, ApiKind
 from tests.api.test_clarification_api import ASK, CLARIFICATION, QUESTION, YES, respond, session
 from tests.lifecycle.support import rows
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
@@ -58,14 +60,21 @@ async def detached(client: Client, session_id: str) -> str:
     return pending_id
 
 
-async def crash_while_answering(url: str, log: Path, fault: str) -> tuple[str, str]:
+async def crash_while_answering(
+    url: str, log: Path, fault: str, kind: ApiKind | None = None
+) -> tuple[str, str]:
     server = Server(url, env=resume_env(log, fault)).start()
     client = Client(server.base_url, ADMIN_TOKEN)
     try:
         _, session_id = await session(client)
-        pending_id = await detached(client, session_id)
-        with pytest.raises(httpx.HTTPError):
-            await respond(client, pending_id, YES)
+        if kind is None:
+            pending_id = await detached(client, session_id)
+            with pytest.raises(httpx.HTTPError):
+                await respond(client, pending_id, YES)
+        else:
+            pending_id = await kind.detached(client, session_id)
+            with pytest.raises(httpx.HTTPError):
+                await kind.answer(client, pending_id)
         assert server.proc is not None, server.log()
         assert server.proc.wait(10) == faults.CRASH_EXIT_CODE, server.log()
         return session_id, pending_id
@@ -83,26 +92,29 @@ async def crash_while_answering(url: str, log: Path, fault: str) -> tuple[str, s
         ("resume.after_publish", 1),
     ],
 )
+@pytest.mark.parametrize("kind", API_KINDS, ids=str)
 @pytest.mark.scenario("S19", "S20")
 async def test_a_crash_at_any_resume_step_never_loses_or_duplicates_the_answer(
-    crash_db: str, fault: str, sent_before_crash: int
+    crash_db: str, fault: str, sent_before_crash: int, kind: ApiKind
 ) -> None:
     log = Path(tempfile.mkdtemp(prefix="turnwise-exec-")) / "dispatch.jsonl"
-    session_id, pending_id = await crash_while_answering(crash_db, log, fault)
+    session_id, pending_id = await crash_while_answering(crash_db, log, fault, kind)
     assert len(dispatched(log)) == sent_before_crash
     restarted = Server(crash_db, env=resume_env(log)).start()
     client = Client(restarted.base_url, ADMIN_TOKEN)
     try:
-        bundle = (await client.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+        bundle = await kind.read(client, pending_id)
         turns = [t["id"] for t in (await client.execute(TURNS, {"s": session_id}))["sessionTurns"]]
         if fault == "resume.after_reserve":
             # Never attempted: the empty reservation is gone and the same answer can be given again.
             assert bundle["state"] == "ACTIVE_DETACHED"
+            assert kind.unanswered(bundle)
             assert len(turns) == 1
-            again = await respond(client, pending_id, YES)
-            assert again["__typename"] == "ClarificationResponded"
+            again = await kind.answer(client, pending_id)
+            assert again["__typename"] == kind.responded
             assert again["resumed"] is True
             assert len(dispatched(log)) == 1
+            assert kind.in_prompt() in dispatched(log)[0]["prompt"]
         else:
             # At or past the at-most-once boundary: the successor stays current and visible, the
             # answer stays terminal, and nothing is ever dispatched again.
@@ -110,7 +122,9 @@ async def test_a_crash_at_any_resume_step_never_loses_or_duplicates_the_answer(
             assert len(turns) == 2
             if sent_before_crash:
                 assert dispatched(log)[0]["turn_id"] == turns[1]
-            again = await respond(client, pending_id, YES)
+                assert kind.in_prompt() in dispatched(log)[0]["prompt"]
+            assert not kind.unanswered(bundle)
+            again = await kind.answer(client, pending_id)
             assert again["__typename"] == "ClarificationConflict"
             assert len(dispatched(log)) == sent_before_crash
     finally:
@@ -141,9 +155,10 @@ async def test_a_crash_during_startup_recovery_is_retried_by_the_next_start(cras
         restarted.stop()
 
 
+@pytest.mark.parametrize("kind", API_KINDS, ids=str)
 @pytest.mark.scenario("S21")
 async def test_a_crash_after_claiming_a_detached_answer_restores_exactly_its_rows_and_the_same_answer_resumes(
-    crash_db: str,
+    crash_db: str, kind: ApiKind
 ) -> None:
     log = Path(tempfile.mkdtemp(prefix="turnwise-exec-")) / "dispatch.jsonl"
     db = Database(crash_db)
@@ -151,14 +166,14 @@ async def test_a_crash_after_claiming_a_detached_answer_restores_exactly_its_row
     client = Client(server.base_url, ADMIN_TOKEN)
     try:
         _, session_id = await session(client)
-        pending_id = await detached(client, session_id)
-        # A bystander: another session's detached question that nobody answers.
+        pending_id = await kind.detached(client, session_id)
+        # A bystander: another session's detached request that nobody answers.
         _, other_session = await session(client)
-        other = await detached(client, other_session)
+        other = await kind.detached(client, other_session)
         bystander = await rows(db, other)
         before = await rows(db, pending_id)
         with pytest.raises(httpx.HTTPError):
-            await respond(client, pending_id, YES)  # dies after the claim, before the resumer sees it
+            await kind.answer(client, pending_id)  # dies after the claim, before the resumer sees it
         assert server.proc is not None
         assert server.proc.wait(10) == faults.CRASH_EXIT_CODE, server.log()
         stranded = await rows(db, pending_id)
@@ -174,20 +189,21 @@ async def test_a_crash_after_claiming_a_detached_answer_restores_exactly_its_row
         # Startup restored exactly the claimed rows to what they were before the claim.
         assert await rows(db, pending_id) == before
         assert await rows(db, other) == bystander
-        bundle = (await client.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
+        bundle = await kind.read(client, pending_id)
         assert bundle["state"] == "ACTIVE_DETACHED"
-        assert [(q["status"], q["response"]) for q in bundle["questions"]] == [("PENDING", None)]
+        assert kind.unanswered(bundle)
         assert len((await client.execute(TURNS, {"s": session_id}))["sessionTurns"]) == 1
         # The same answer submitted again resumes the agent, once.
-        again = await respond(client, pending_id, YES)
-        assert again["__typename"] == "ClarificationResponded"
+        again = await kind.answer(client, pending_id)
+        assert again["__typename"] == kind.responded
         assert again["resumed"] is True
-        assert again["bundle"]["state"] == "TERMINAL"
+        assert again["request" if kind.is_permission else "bundle"]["state"] == "TERMINAL"
         turns = [t["id"] for t in (await client.execute(TURNS, {"s": session_id}))["sessionTurns"]]
         assert len(turns) == 2
         sent = dispatched(log)
         assert len(sent) == 1
         assert sent[0]["turn_id"] == turns[1]
+        assert kind.in_prompt() in sent[0]["prompt"]
         assert (await rows(db, other)) == bystander
     finally:
         await client.aclose()

@@ -19,7 +19,17 @@ from backend.services.bundles import trusted
 from backend.services.clarifications import TaskAdvanced
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
-from tests.lifecycle.support import Agent, all_metadata, new_session, questions, recording, rows, running, yes
+from tests.lifecycle.support import (
+    Agent,
+    Kind,
+    all_metadata,
+    new_session,
+    questions,
+    recording,
+    rows,
+    running,
+    yes,
+)
 from tests.repository.seed import seed_session
 
 T0 = "2026-01-01T10:00:00Z"
@@ -225,11 +235,11 @@ async def test_detachment_racing_a_newer_turn_never_overwrites(db: Database, ord
 
 @pytest.mark.scenario("S02")
 async def test_a_wait_that_runs_out_after_a_newer_turn_superseded_its_question_ends_closed(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.3)
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.3)
         # A newer turn written without its event: the waiter learns of it only as its wait runs out.
         async with db.write() as conn:
             await locks.lock_sessions(conn, [session_id])

@@ -18,7 +18,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
 from backend.repository import clarifications as repo
 from backend.services.bundles import trusted
-from tests.lifecycle.support import Agent, new_session, recording, rows, running, yes
+from tests.lifecycle.support import Kind, new_session, recording, rows, running
 
 # A claim handed to the waiter below would wait this long for a confirmation that never comes.
 CONFIRMATION_SECONDS = 30.0
@@ -27,12 +27,12 @@ AT_ONCE_SECONDS = 3.0
 
 @pytest.mark.scenario("S24")
 async def test_a_respond_in_flight_while_a_cancel_commits_returns_the_cancelled_bundle_at_once(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, kind: Kind
 ) -> None:
     async with running(db, live_confirmation_seconds=CONFIRMATION_SECONDS) as svc:
         _, session_id = await new_session(svc)
         # A live waiter that consumes nothing: any hand-off to it would stay unconfirmed.
-        agent = await Agent.ask(svc, session_id)
+        agent = await kind.ask(svc, session_id)
 
         # The cancel stops after its write, inside its unit of work: the session lock stays held.
         written = asyncio.Event()
@@ -49,9 +49,7 @@ async def test_a_respond_in_flight_while_a_cancel_commits_returns_the_cancelled_
         async with recording(svc) as log:
             cancelling = asyncio.create_task(svc.clarifications.cancel(agent.pending_id, authorize=trusted))
             await asyncio.wait_for(written.wait(), 5)
-            responding = asyncio.create_task(
-                svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-            )
+            responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
             await asyncio.sleep(0.2)
             assert not responding.done(), "the respond decided while the cancel held the session"
             loop = asyncio.get_running_loop()

@@ -19,7 +19,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.services.bundles import trusted
 from backend.services.container import Services
-from tests.lifecycle.support import Agent, new_session, rows, running, yes
+from tests.lifecycle.support import Kind, new_session, rows, running
 
 BOUND = 0.2  # the responder's live-confirmation bound: the held confirmation outlives it
 
@@ -59,16 +59,15 @@ def assert_immutable(claim: lc.Claim) -> None:
 
 @pytest.mark.scenario("S23")
 async def test_a_late_confirmation_loses_to_the_responders_restore_and_never_reaches_the_agent(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, kind: Kind
 ) -> None:
     async with running(db, live_confirmation_seconds=BOUND) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
+        agent = await kind.ask(svc, session_id)
+        assert agent.bundle is not None
         agent.wait()
         confirmation = gate(svc, monkeypatch, "_finalize")
-        responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await entered(confirmation)  # the confirmation started; the responder's bound runs out
         result = await responding
         assert isinstance(result, lc.DeliveryFailed)
@@ -87,30 +86,29 @@ async def test_a_late_confirmation_loses_to_the_responders_restore_and_never_rea
         # The claim the waiter held is the responder's snapshot, unchanged and unchangeable.
         (held,) = confirmation.claims
         assert held.message_ids == (restored[0]["id"],)
-        assert held.answers == tuple(yes("q1"))
+        assert held.answers == kind.answers(agent.bundle)
         assert_immutable(held)
         await agent.close()
 
 
 @pytest.mark.scenario("S23")
 async def test_a_late_confirmation_that_commits_first_is_never_reopened_by_the_responders_recovery(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, kind: Kind
 ) -> None:
     async with running(db, live_confirmation_seconds=BOUND) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
+        agent = await kind.ask(svc, session_id)
+        assert agent.bundle is not None
         agent.wait()
         confirmation = gate(svc, monkeypatch, "_finalize")
         recovery = gate(svc, monkeypatch, "_recover_claim")
-        responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await entered(confirmation)
         await entered(recovery)  # the responder's bound ran out while the confirmation was in flight
         confirmation.release.set()
         outcome = await agent.outcome()  # the confirmation committed first: the agent has the answer
         assert isinstance(outcome, lc.Answered)
-        assert outcome.answers == tuple(yes("q1"))
+        assert outcome.answers == kind.answers(agent.bundle)
         finalized = await rows(db, agent.pending_id)
         assert [r["status"] for r in finalized] == ["answered"]
         assert "response_delivery_pending" not in finalized[0]
@@ -123,9 +121,7 @@ async def test_a_late_confirmation_that_commits_first_is_never_reopened_by_the_r
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
-        again = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        again = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(again, lc.Conflict)
         # Both sides worked from one immutable claim.
         assert confirmation.claims == recovery.claims

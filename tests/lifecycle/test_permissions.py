@@ -3,10 +3,6 @@ resume, remembered rules, stale decisions; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator
-from typing import Any
-
 import pytest
 
 from backend.db.engine import Database
@@ -16,53 +12,17 @@ from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.domain.permissions import Decision
 from backend.domain.states import PendingActionKind
 from backend.services.bundles import trusted
-from backend.services.container import Services
 from backend.services.resume import ResumeOutcome
-from tests.lifecycle.support import Agent, ScriptedResumer, new_session, rows, running
-
-BASH = {"command": "alembic upgrade head", "description": "migrate staging"}
-
-
-class ToolAgent:
-    """Drives one askPermission stream like a connected agent."""
-
-    def __init__(self, stream: AsyncGenerator[Any, None]) -> None:
-        self.stream = stream
-        self.first: Any = None
-        self.waiting: asyncio.Task[Any] | None = None
-
-    @classmethod
-    async def ask(cls, svc: Services, session_id: str, tool_input: Any = None, **kw: Any) -> ToolAgent:
-        agent = cls(
-            svc.permissions.ask(
-                session_id, kw.pop("tool_name", "Bash"), BASH if tool_input is None else tool_input, **kw
-            )
-        )
-        agent.first = await agent.stream.__anext__()
-        return agent
-
-    @property
-    def pending_id(self) -> str:
-        if isinstance(self.first, lc.Decided):
-            return self.first.pending_id
-        return str(self.first.bundle.pending_id)
-
-    def wait(self) -> asyncio.Task[Any]:
-        self.waiting = asyncio.create_task(self.stream.__anext__())
-        return self.waiting
-
-    async def outcome(self, seconds: float = 10) -> Any:
-        return await asyncio.wait_for(self.waiting or self.wait(), seconds)
-
-    async def close(self) -> None:
-        if self.waiting is not None and not self.waiting.done():
-            self.waiting.cancel()
-            await asyncio.gather(self.waiting, return_exceptions=True)
-        await self.stream.aclose()
-
-
-async def decide(svc: Services, pending_id: str, behavior: str = "allow", **kw: Any) -> lc.RespondOutcome:
-    return await svc.permissions.respond(pending_id, behavior, decided_by="u1", authorize=trusted, **kw)
+from tests.lifecycle.support import (
+    BASH,
+    Agent,
+    ScriptedResumer,
+    ToolAgent,
+    decide,
+    new_session,
+    rows,
+    running,
+)
 
 
 async def test_a_live_allow_reaches_the_waiting_agent_with_the_input_as_asked(db: Database) -> None:

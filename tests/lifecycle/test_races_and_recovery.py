@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 import pytest
 
@@ -10,11 +11,21 @@ from backend import faults
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
+from backend.domain.permissions import Decision
 from backend.domain.states import SessionState
 from backend.repository import claims, locks
 from backend.services.bundles import trusted
 from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced
-from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
+from tests.lifecycle.support import (
+    Agent,
+    Kind,
+    new_session,
+    questions,
+    recording,
+    rows,
+    running,
+    yes,
+)
 from tests.resume.support import resuming
 
 
@@ -43,7 +54,7 @@ async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db
         outcome = await agent.outcome()
         assert isinstance(outcome, lc.Answered)
         winner_answer = winners[0].bundle.rows[0].metadata["response"]["selected_option_ids"]
-        assert list(outcome.answers[0].selected_option_ids) == winner_answer
+        assert list(outcome.question_answers[0].selected_option_ids) == winner_answer
         await agent.close()
 
 
@@ -74,14 +85,12 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
 
 @pytest.mark.scenario("S23")
 async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while_current(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db, live_confirmation_seconds=0.3) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
-        result = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        agent = await kind.ask(svc, session_id)
+        result = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(result, lc.DeliveryFailed)
         assert result.retryable is True
         stored = await rows(db, agent.pending_id)
@@ -128,11 +137,11 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
 
 
 @pytest.mark.scenario("S23")
-async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Database) -> None:
+async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Database, kind: Kind) -> None:
     async with running(db) as svc:
         for i in range(10):
             _, session_id = await new_session(svc)
-            agent = await Agent.ask(svc, session_id, questions(2))
+            agent = await kind.ask(svc, session_id, qs=questions(2))
             bundle = agent.bundle
             assert bundle is not None
             ids = [r.id for r in bundle.rows]
@@ -143,12 +152,12 @@ async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Datab
                     session_id=session_id,
                     pending_id=agent.pending_id,
                     message_ids=ids,
-                    answers={a.question_id: a for a in yes("q1", "q2")},
+                    answers=kind.answers_by_row(bundle),
                     rejected=False,
                     claim_id=f"claim{i}",
                     detach_rows=False,
                 )
-            assert len(claimed) == 2
+            assert len(claimed) == len(ids) == (1 if kind.is_permission else 2)
 
             async def finalize(sid: str = session_id, ids: list[str] = ids, claim: str = f"claim{i}") -> int:
                 async with db.write() as conn:
@@ -165,7 +174,7 @@ async def test_restore_racing_a_late_confirmation_lets_exactly_one_win(db: Datab
                 if i % 2
                 else await asyncio.gather(restore(), finalize())
             )
-            assert sorted(won) == [0, 2], won
+            assert sorted(won) == [0, len(ids)], won
             stored = await rows(db, agent.pending_id)
             assert len({r["status"] for r in stored}) == 1
             assert not any(r.get("response_delivery_pending") for r in stored)
@@ -246,11 +255,11 @@ async def test_cancel_of_a_detached_request_is_refused_without_a_write(db: Datab
 
 @pytest.mark.scenario("S33")
 async def test_session_entering_a_terminal_state_expires_current_turn_bundles_before_publishing(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, questions(2))
+        agent = await kind.ask(svc, session_id, qs=questions(2))
         agent.wait()
         async with recording(svc) as log:
             await svc.operations.set_session_state(session_id, SessionState.COMPLETED)
@@ -260,21 +269,21 @@ async def test_session_entering_a_terminal_state_expires_current_turn_bundles_be
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"expired"}
         kinds = [e["type"] for e in log.events]
         assert kinds.index("session.state") > max(i for i, k in enumerate(kinds) if k == "message.updated")
-        late = await svc.clarifications.respond(
-            agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
-        )
+        late = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(late, lc.Conflict)
         assert late.reason == ConflictReason.TERMINAL
         await agent.close()
 
 
 @pytest.mark.scenario("S01", "S02")
-async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older_turn(db: Database) -> None:
+async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older_turn(
+    db: Database, kind: Kind
+) -> None:
     async with running(db) as svc:
         task_id, _ = await new_session(svc)
         secondary = await svc.operations.create_session(task_id, is_primary=False, input_capable=True)
         await svc.operations.start_turn(secondary.id)
-        agent = await Agent.ask(svc, secondary.id, timeout_seconds=0.05)
+        agent = await kind.ask(svc, secondary.id, timeout_seconds=0.05)
         await agent.outcome()
         blocked = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(blocked, TaskAdvanceBlocked)
@@ -300,7 +309,13 @@ async def test_workflow_guard_fails_closed_when_the_active_state_read_fails(db: 
         assert (await svc.reads.task(task_id)).workflow_step == "todo"
 
 
-async def _stranded_claim(db: Database, session_id: str, pending_id: str, ids: list[str]) -> None:
+async def _stranded_claim(
+    db: Database,
+    session_id: str,
+    pending_id: str,
+    ids: list[str],
+    answers: Mapping[str, Answer | Decision] | None = None,
+) -> None:
     async with db.write() as conn:
         await locks.lock_sessions(conn, [session_id])
         claimed = await claims.claim(
@@ -308,7 +323,7 @@ async def _stranded_claim(db: Database, session_id: str, pending_id: str, ids: l
             session_id=session_id,
             pending_id=pending_id,
             message_ids=ids,
-            answers={"q1": yes("q1")[0]},
+            answers={"q1": yes("q1")[0]} if answers is None else answers,
             rejected=False,
             claim_id="stranded",
             detach_rows=False,
@@ -318,12 +333,16 @@ async def _stranded_claim(db: Database, session_id: str, pending_id: str, ids: l
 
 @pytest.mark.scenario("S21")
 async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answer_can_be_submitted_again(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
-        await _stranded_claim(db, session_id, agent.pending_id, [agent.bundle.rows[0].id])  # type: ignore[union-attr]
+        agent = await kind.ask(svc, session_id)
+        bundle = agent.bundle
+        assert bundle is not None
+        await _stranded_claim(
+            db, session_id, agent.pending_id, [bundle.rows[0].id], dict(kind.answers_by_row(bundle))
+        )
         await agent.stream.aclose()  # the process "died": its waiter is gone
     async with running(db) as restarted:
         assert await restarted.recovery.recover_delivery_intents() == (1, 0)
@@ -335,16 +354,13 @@ async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answ
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         # The agent reconnects and asks again: same bundle, live again, and the answer arrives.
-        again = await Agent.ask(restarted, session_id)
+        again = await kind.ask(restarted, session_id)
         assert again.pending_id == agent.pending_id
         again.wait()
-        assert isinstance(
-            await restarted.clarifications.respond(
-                again.pending_id, yes("q1"), rejected=False, authorize=trusted
-            ),
-            lc.Responded,
-        )
-        assert isinstance(await again.outcome(), lc.Answered)
+        assert isinstance(await kind.answer(restarted, again.pending_id, again.bundle), lc.Responded)
+        answered = await again.outcome()
+        assert isinstance(answered, lc.Answered)
+        assert answered.answers == kind.answers(bundle)
         await again.close()
 
 

@@ -8,17 +8,17 @@ from backend.db.engine import Database
 from backend.domain.lifecycle import BundleState
 from backend.services.bundles import trusted
 from backend.services.clarifications import TaskAdvanced
-from tests.lifecycle.support import Agent, new_session, recording, rows, running
+from tests.lifecycle.support import Kind, new_session, recording, rows, running
 from tests.resume.support import eventually
 
 
 @pytest.mark.scenario("S02")
 async def test_a_newer_turn_leaves_an_older_detached_question_inert_history_through_its_completion(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         history = await rows(db, agent.pending_id)
         assert [(r["status"], r["agent_disconnected"]) for r in history] == [("pending", True)]
@@ -44,6 +44,7 @@ async def test_a_newer_turn_leaves_an_older_detached_question_inert_history_thro
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
+        assert await kind.active(svc, [session_id]) == {}
         assert await svc.clarifications.active_bundles([session_id]) == {}
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
         assert projection.current_turn_id == newer.id

@@ -15,7 +15,7 @@ from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, pending
 from backend.services.bundles import trusted
 from backend.services.container import Services
-from tests.lifecycle.support import Agent, new_session, questions, recording, rows, running, yes
+from tests.lifecycle.support import Agent, Kind, new_session, questions, recording, rows, running
 from tests.resume.support import eventually
 
 TERMINAL = [SessionState.COMPLETED, SessionState.FAILED, SessionState.CANCELLED]
@@ -49,21 +49,26 @@ async def projection(svc: Services, session_id: str) -> str | None:
 @pytest.mark.scenario("S33")
 @pytest.mark.parametrize("state", TERMINAL, ids=[s.value for s in TERMINAL])
 async def test_a_terminal_transition_expires_every_current_turn_bundle_before_it_is_published(
-    db: Database, state: SessionState
+    db: Database, state: SessionState, kind: Kind
 ) -> None:
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
-        old = await Agent.ask(svc, session_id, questions(1), timeout_seconds=0.05)
+        old = await kind.ask(
+            svc, session_id, qs=questions(1), tool_input={"command": "make old"}, timeout_seconds=0.05
+        )
         await old.outcome()
         await svc.operations.start_turn(session_id)  # the old question is history now
-        detached = await Agent.ask(svc, session_id, questions(2), timeout_seconds=0.05)
+        detached = await kind.ask(svc, session_id, qs=questions(2), timeout_seconds=0.05)
         await detached.outcome()
-        live = await Agent.ask(
-            svc, session_id, [{"prompt": "Live?", "options": [{"label": "a"}, {"label": "b"}]}]
+        live = await kind.ask(
+            svc,
+            session_id,
+            qs=[{"prompt": "Live?", "options": [{"label": "a"}, {"label": "b"}]}],
+            tool_input={"command": "ls"},
         )
         live.wait()
         current_rows = [r["id"] for p in (detached, live) for r in await rows(db, p.pending_id)]
-        assert await projection(svc, session_id) == "clarification"
+        assert await projection(svc, session_id) == kind.value.value
         async with recording(svc) as log:
             ended = await svc.operations.set_session_state(session_id, state)
             await eventually(lambda: any(e["type"] == "session.state" for e in log.events))
@@ -84,9 +89,7 @@ async def test_a_terminal_transition_expires_every_current_turn_bundle_before_it
         assert await projection(svc, session_id) is None
         closed = await live.outcome()
         assert closed == lc.Closed(live.pending_id, ClarificationStatus.EXPIRED.value)
-        conflict = await svc.clarifications.respond(
-            detached.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
-        )
+        conflict = await kind.answer(svc, detached.pending_id, detached.bundle)
         assert isinstance(conflict, lc.Conflict)
         assert conflict.reason == ConflictReason.TERMINAL
         # Older-turn history is not rewritten.

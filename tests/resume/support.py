@@ -16,7 +16,7 @@ from backend.db.tables import task_session_turns as T
 from backend.executors.base import DispatchOutcome, DispatchResult, PromptRequest
 from backend.executors.scripted import ScriptedExecutor
 from backend.services.container import Services
-from tests.lifecycle.support import Agent, running
+from tests.lifecycle.support import CLARIFICATION, Agent, Driver, Kind, running
 
 RESUME_FAST = {"watchdog_seconds": 30.0, "persistence_seconds": 2.0, "dispatch_seconds": 1.0}
 
@@ -48,6 +48,15 @@ async def faulty(*points: str) -> AsyncIterator[None]:
 async def detached_question(svc: Services, session_id: str, qs: list[dict[str, Any]] | None = None) -> Agent:
     """A question whose wait timed out: active, detached, answerable."""
     agent = await Agent.ask(svc, session_id, qs, timeout_seconds=0.05)
+    await agent.outcome()
+    return agent
+
+
+async def detached_request(
+    svc: Services, session_id: str, kind: Kind = CLARIFICATION, qs: list[dict[str, Any]] | None = None
+) -> Driver:
+    """A pending action of `kind` whose wait timed out: active, detached, answerable."""
+    agent = await kind.ask(svc, session_id, qs=qs, timeout_seconds=0.05)
     await agent.outcome()
     return agent
 

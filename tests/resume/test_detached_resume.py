@@ -14,10 +14,11 @@ from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
 from backend.services.bundles import trusted
 from backend.services.resume import ResumeOutcome
-from tests.lifecycle.support import new_session, questions, recording, rows, yes
+from tests.lifecycle.support import Kind, new_session, questions, recording, rows, yes
 from tests.resume.support import (
     GatedExecutor,
     detached_question,
+    detached_request,
     eventually,
     faulty,
     resuming,
@@ -66,16 +67,14 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
 
 @pytest.mark.scenario("S16")
 async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_delivers_exactly_once(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     # The prompt channel with no runner queues the answer instead (tests/resume/test_inbox.py).
     async with resuming(db, ["rejected", "accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         before = await turn_rows(db, session_id)
-        failed = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        failed = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is True
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
@@ -85,9 +84,7 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         assert await turn_rows(db, session_id) == before
         svc.orchestrator.executor = executor
         executor.outcomes = ["accepted"]
-        retry = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        retry = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(retry, lc.Responded)
         assert retry.resumed is True
         # The durable record, not the script: the refused turn is gone, the accepted one is current.
@@ -102,24 +99,20 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
 
 @pytest.mark.scenario("S16")
 async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_stays_retryable(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         before = await turn_rows(db, session_id)
         async with faulty("resume.attempt_marker"):
-            failed = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is True
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
-        retry = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        retry = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(retry, lc.Responded)
         assert len(executor.received) == 1
         await agent.close()
@@ -127,15 +120,13 @@ async def test_attempt_marker_failure_rejects_before_dispatch_and_the_answer_sta
 
 @pytest.mark.scenario("S17", "S18")
 async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal_and_never_rolled_back(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         async with faulty("resume.publish"):
-            failed = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
         assert len(executor.received) == 1
@@ -149,9 +140,7 @@ async def test_accepted_answer_whose_publication_fails_is_non_retryable_terminal
         # The accepted turn is remembered: a later rollback fails closed, nothing is re-dispatched.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
         assert successor in {t["id"] for t in await turn_rows(db, session_id)}
-        conflict = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        conflict = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(conflict, lc.Conflict)
         assert len(executor.received) == 1
         async with recording(svc) as log:

@@ -14,21 +14,19 @@ from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
 from backend.repository import reservations, turns
 from backend.services.bundles import trusted
-from tests.lifecycle.support import new_session, recording, rows, yes
-from tests.resume.support import detached_question, eventually, faulty, resuming, turn_rows
+from tests.lifecycle.support import Kind, new_session, recording, rows
+from tests.resume.support import detached_request, eventually, faulty, resuming, turn_rows
 
 
 @pytest.mark.scenario("S18")
 async def test_clearing_failure_after_acceptance_runs_normal_cleanup_and_the_answer_is_never_reopened(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         async with recording(svc) as log, faulty("resume.clear"):
-            failed = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await kind.answer(svc, agent.pending_id, agent.bundle)
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
@@ -47,9 +45,7 @@ async def test_clearing_failure_after_acceptance_runs_normal_cleanup_and_the_ans
         # The accepted-answer marker: rollback fails closed and the answer cannot be given again.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
         assert successor in {t["id"] for t in await turn_rows(db, session_id)}
-        again = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        again = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(again, lc.Conflict)
         assert again.bundle is not None
         assert again.bundle.state == BundleState.TERMINAL
@@ -60,15 +56,13 @@ async def test_clearing_failure_after_acceptance_runs_normal_cleanup_and_the_ans
 
 @pytest.mark.scenario("S18")
 async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_it_is_never_reopened(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         async with faulty("resume.clear", "resume.outbox"):
-            failed = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
         (request,) = executor.received
@@ -81,9 +75,7 @@ async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_
         assert claimed[0]["response_delivery_pending"]
         # Still never reopened in this process: rollback refused, a second answer conflicts.
         assert await svc.orchestrator.rollback_reservation(session_id, successor) is False
-        again = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        again = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(again, lc.Conflict)
         assert await rows(db, agent.pending_id) == claimed
         await agent.close()
@@ -100,8 +92,6 @@ async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_
         bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
-        late = await restarted.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        late = await kind.answer(restarted, agent.pending_id, agent.bundle)
         assert isinstance(late, lc.Conflict)
         assert after.received == []

@@ -16,8 +16,15 @@ from backend.repository import claims, locks, messages, reservations, turns
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.recovery import RecoveryFailed
-from tests.lifecycle.support import new_session, questions, recording, rows
-from tests.resume.support import detached_question, eventually, faulty, resuming, turn_rows
+from tests.lifecycle.support import CLARIFICATION, Kind, new_session, questions, recording, rows
+from tests.resume.support import (
+    detached_question,
+    detached_request,
+    eventually,
+    faulty,
+    resuming,
+    turn_rows,
+)
 
 
 async def strand(
@@ -30,10 +37,12 @@ async def strand(
     evidence: bool = False,
     terminal_sibling: bool = False,
     metadata: dict[str, Any] | None = None,
+    kind: Kind = CLARIFICATION,
 ) -> tuple[str, str, list[str]]:
     """The durable state a crash leaves between claim+reservation and the next step:
-    (pending id, reservation turn id, claimed message ids)."""
-    agent = await detached_question(svc, session_id, questions(qs))
+    (pending id, reservation turn id, claimed message ids). A permission request has one row: `qs`
+    is for questions."""
+    agent = await detached_request(svc, session_id, kind, questions(qs))
     bundle = agent.bundle
     assert bundle is not None
     assert bundle.turn_id is not None
@@ -53,7 +62,7 @@ async def strand(
             session_id=session_id,
             pending_id=bundle.pending_id,
             message_ids=ids,
-            answers={f"q{i + 1}": Answer(f"q{i + 1}", (f"q{i + 1}_opt1",), None) for i in range(qs)},
+            answers=kind.answers_by_row(bundle),
             rejected=False,
             claim_id="claim-1",
             detach_rows=True,
@@ -92,21 +101,26 @@ async def strand(
 
 @pytest.mark.scenario("S19")
 async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_claimed_rows(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
+    # A permission request has no sibling rows: its one row is the claim.
+    siblings = not kind.is_permission
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc)
-        pending_id, reserved, claimed = await strand(svc, db, session_id, qs=3, terminal_sibling=True)
+        pending_id, reserved, claimed = await strand(
+            svc, db, session_id, qs=3, terminal_sibling=siblings, kind=kind
+        )
     async with resuming(db) as (restarted, _):
         async with recording(restarted) as log:
             await restarted.recovery.run()
             await eventually(lambda: len(log.kinds("message.updated")) >= len(claimed))
         assert reserved not in {t["id"] for t in await turn_rows(db, session_id)}
         stored = {r["id"]: r for r in await rows(db, pending_id)}
-        assert [stored[i]["status"] for i in claimed] == ["pending", "pending"]
+        assert [stored[i]["status"] for i in claimed] == ["pending"] * (2 if siblings else 1)
         assert not any("response" in stored[i] or "response_delivery_pending" in stored[i] for i in claimed)
-        sibling = next(r for i, r in stored.items() if i not in claimed)
-        assert sibling["status"] == "answered"
+        if siblings:
+            sibling = next(r for i, r in stored.items() if i not in claimed)
+            assert sibling["status"] == "answered"
         assert sorted(log.kinds("message.updated")) == sorted(claimed)
         bundle = await restarted.clarifications.bundle(pending_id, authorize=trusted)
         assert bundle is not None
@@ -116,11 +130,11 @@ async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_cla
 @pytest.mark.parametrize("marker", [True, "true", "1", 1])
 @pytest.mark.scenario("S20", "S30", "S36")
 async def test_startup_preserves_an_attempted_reservation_in_any_marker_form_and_replays_its_start(
-    db: Database, marker: Any
+    db: Database, marker: Any, kind: Kind
 ) -> None:
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc)
-        pending_id, reserved, _ = await strand(svc, db, session_id, attempted=marker)
+        pending_id, reserved, _ = await strand(svc, db, session_id, attempted=marker, kind=kind)
     async with resuming(db) as (restarted, _):
         await restarted.recovery.run()
         after_step_1 = {t["id"]: t["metadata"] for t in await turn_rows(db, session_id)}
@@ -139,10 +153,12 @@ async def test_startup_preserves_an_attempted_reservation_in_any_marker_form_and
 
 
 @pytest.mark.scenario("S20")
-async def test_startup_preserves_a_message_backed_reservation_without_an_attempt_marker(db: Database) -> None:
+async def test_startup_preserves_a_message_backed_reservation_without_an_attempt_marker(
+    db: Database, kind: Kind
+) -> None:
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc)
-        pending_id, reserved, _ = await strand(svc, db, session_id, evidence=True)
+        pending_id, reserved, _ = await strand(svc, db, session_id, evidence=True, kind=kind)
     async with resuming(db) as (restarted, _):
         await restarted.recovery.run()
         assert {t["id"]: t["metadata"] for t in await turn_rows(db, session_id)}[reserved] == {

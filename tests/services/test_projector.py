@@ -15,7 +15,7 @@ from backend.repository import pending
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
-from tests.lifecycle.support import Agent, new_session, running
+from tests.lifecycle.support import Kind, new_session, running
 from tests.resume.support import eventually
 from tests.services.support import stored_summary
 
@@ -55,14 +55,17 @@ async def projector_caught_up(svc: Services, db: Database) -> None:
 @pytest.mark.scenario("S45")
 @pytest.mark.parametrize("survivor", ["pending", "none"])
 async def test_projector_result_matches_repository_state_whatever_the_event_order(
-    db: Database, survivor: str
+    db: Database, survivor: str, kind: Kind
 ) -> None:
     async with running(db) as svc:
         await svc.live.start()
         try:
             task_id, session_id = await new_session(svc)
-            first = await Agent.ask(
-                svc, session_id, [{"prompt": "A?", "options": [{"label": "x"}, {"label": "y"}]}]
+            first = await kind.ask(
+                svc,
+                session_id,
+                qs=[{"prompt": "A?", "options": [{"label": "x"}, {"label": "y"}]}],
+                tool_input={"command": "a"},
             )
             first.wait()
             await svc.summaries.refresh([task_id])
@@ -76,8 +79,11 @@ async def test_projector_result_matches_repository_state_whatever_the_event_orde
                 reader = asyncio.create_task(drain())
                 # Two request identities, written close together: one ends, the other is asked (or
                 # ends as well). Their events reach the projector in one burst.
-                ask_second = Agent.ask(
-                    svc, session_id, [{"prompt": "B?", "options": [{"label": "x"}, {"label": "y"}]}]
+                ask_second = kind.ask(
+                    svc,
+                    session_id,
+                    qs=[{"prompt": "B?", "options": [{"label": "x"}, {"label": "y"}]}],
+                    tool_input={"command": "b"},
                 )
                 cancelled, second = await asyncio.gather(
                     svc.clarifications.cancel(first.pending_id, authorize=trusted), ask_second
@@ -89,12 +95,12 @@ async def test_projector_result_matches_repository_state_whatever_the_event_orde
                 # A delayed duplicate arrives last and points the wrong way: the first (terminal)
                 # request's event when a question survives, the second's "added" when none does.
                 (misleading,) = [r.id for r in (first if survivor == "pending" else second).bundle.rows]  # type: ignore[union-attr]
-                kind = "message.updated" if survivor == "pending" else "message.added"
+                event = "message.updated" if survivor == "pending" else "message.added"
                 await publish_session_change(
-                    svc.deps.bus, task_id=task_id, session_id=session_id, kind=kind, message_id=misleading
+                    svc.deps.bus, task_id=task_id, session_id=session_id, kind=event, message_id=misleading
                 )
                 await projector_caught_up(svc, db)
-                expected = "clarification" if survivor == "pending" else None
+                expected = kind.value.value if survivor == "pending" else None
                 assert await derived(svc, task_id) == expected
                 held = await stored_summary(db, task_id)
                 assert held is not None
