@@ -11,7 +11,15 @@ from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
 from frontend_py.app import net, notify, queries, view
-from frontend_py.kit import ActivationController, Lifetimes, Navigator, Store, session_route, task_route
+from frontend_py.kit import (
+    PERMISSION,
+    ActivationController,
+    Lifetimes,
+    Navigator,
+    Store,
+    session_route,
+    task_route,
+)
 
 try:
     from typing import Any
@@ -21,9 +29,21 @@ except ImportError:  # MicroPython: annotations are never evaluated there
 PHONE_MEDIA = "(max-width: 767px)"
 TOKEN_KEY = "turnwise.token"
 ARROWS = {"ArrowDown": 1, "ArrowRight": 1, "ArrowUp": -1, "ArrowLeft": -1}
+# The card kinds; each names its test ids (``<kind>-card``, ``<kind>-reopen``, ``<kind>-conflict``).
+QUESTION_CARD = "clarification"
+PERMISSION_CARD = "permission"
 # Focus requests for the card slot's next render: the control that reopens a hidden card, the card.
-REOPEN_KEY = "clarification-reopen|"
-CARD_KEY = "clarification-card|"
+REOPEN_KEYS = (QUESTION_CARD + "-reopen|", PERMISSION_CARD + "-reopen|")
+NOTICE_KEYS = (
+    "clarification-conflict|",
+    "clarification-queued|",
+    "permission-conflict|",
+    "permission-queued|",
+)
+LIVE_REQUEST_STATES = ("ACTIVE_LIVE", "ACTIVE_DETACHED")
+# Returns "" when the text is strict JSON, else the browser's reason (a thrown error never reaches
+# MicroPython as a Python exception; MicroPython's own json.loads also takes trailing commas).
+STRICT_JSON = "try { JSON.parse(text); return ''; } catch (error) { return String(error.message || error); }"
 LIFETIMES = Lifetimes()  # listener proxies for the page, tasks until they end
 
 
@@ -97,6 +117,20 @@ class App:
         self.bundles: dict[str, dict[str, Any]] = {}
         # The card's draft belongs to one bundle; a new bundle starts a clean draft.
         self.card_pending: str | None = None
+        self.card_kind: str | None = None
+        # A permission card's draft: the deny reason, the input editor and the "any input" choice.
+        self.perm_draft: dict[str, Any] = {}
+        # Per session: its active permission request as the last session load named it, and the
+        # projection revision that load was made for (a newer PERMISSION revision loads it again).
+        self.permissions: dict[str, dict[str, Any]] = {}
+        self.permission_seen: dict[str, str] = {}
+        self.permission_loading: set[str] = set()
+        # The permission card last shown (session, pending id): when it closes without this page's
+        # decision, a notice says what happened to it.
+        self.shown_permission: tuple[str, str] | None = None
+        self.decided_here: set[str] = set()
+        self.rules: dict[str, list[dict[str, Any]]] = {}
+        self.rule_busy: str | None = None
         self.selections: dict[str, list[str]] = {}
         self.custom: dict[str, str] = {}
         self.card_busy = False
@@ -105,7 +139,8 @@ class App:
         # What takes focus after the card slot's next render (a ``_focus_key``), when not where it was.
         self.focus_request: str | None = None
         self.resolved: set[str] = set()
-        self.notice: tuple[str | None, Any] | None = None
+        # (reason, what won, card kind) of the notice above the card, or None.
+        self.notice: tuple[str | None, Any, str] | None = None
         self.summary_sub: str | None = None
         self.projection_sub: tuple[str, str] | None = None
         self.events_sub: tuple[str, str] | None = None
@@ -226,11 +261,43 @@ class App:
             bundle = session.get("activeClarification")
             if isinstance(bundle, dict) and bundle.get("pendingId"):
                 self.bundles[bundle["pendingId"]] = bundle
+            session_id = session.get("id")
+            if not session_id:
+                continue
+            request = session.get("activePermission")
+            if isinstance(request, dict) and request.get("pendingId"):
+                self.permissions[session_id] = request
+            else:
+                self.permissions.pop(session_id, None)
+            self.permission_seen[session_id] = _revision_key(session.get("pendingActionRevision"))
 
     async def load_route(self, task_id: str, session_id: str | None) -> None:
         if session_id is not None:
             _spawn(self.load_history(session_id))
+            _spawn(self.load_rules(session_id))
         await self.load_task_sessions(task_id)
+
+    async def load_permission(self, task_id: str, session_id: str) -> None:
+        """The session's active permission request, after its projection moved on to a new PERMISSION
+        revision (a new request's event carries the projection, not the request)."""
+        self.permission_loading.add(session_id)
+        try:
+            await self.load_task_sessions(task_id)
+        finally:
+            self.permission_loading.discard(session_id)
+        # Whatever the load found, this revision was looked at: no second load for it.
+        held = self.store.projection(session_id) or {}
+        self.permission_seen[session_id] = _revision_key(held.get("revision"))
+        self.render()
+
+    async def load_rules(self, session_id: str) -> None:
+        try:
+            data = await self.http.query(queries.PERMISSION_RULES, {"sessionId": session_id})
+        except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
+            window.console.warn("loading the session's rules failed: " + str(error))
+            return
+        self.rules[session_id] = list(data.get("permissionRules") or [])
+        self.render()
 
     async def load_task_sessions(self, task_id: str) -> None:
         # Only a task's newest list applies: an older one could drop a session created since.
@@ -335,6 +402,10 @@ class App:
             held.append(event)
         if self.store.turns_stale(session_id):
             _spawn(self.reload_turns(session_id))
+        message = event.get("message")
+        if isinstance(message, dict) and message.get("kind") == "permission_request":
+            # A decision here or elsewhere may have remembered a rule (or a rule decided this one).
+            _spawn(self.load_rules(session_id))
         self.render(scroll=True)
 
     # --- routes --------------------------------------------------------------------------------
@@ -357,6 +428,7 @@ class App:
                 self.projection_sub = (task_id, sub)
         if session_id != self.route_session:
             self._unsubscribe_events()
+            self.shown_permission = None
             if session_id is not None:
                 opened = session_id
 
@@ -377,6 +449,7 @@ class App:
         """Let go of the open session's layout (subscription, card draft) before it is cleared."""
         self._unsubscribe_events()
         self.route_session = None
+        self.shown_permission = None
         self._reset_draft(None)
         self.render()
 
@@ -427,10 +500,33 @@ class App:
             _spawn(self.respond(False))
         elif action == "skip":
             _spawn(self.respond(True))
+        elif action in ("perm-allow", "perm-deny", "perm-always", "perm-allow-edited"):
+            _spawn(self.decide(action))
+        elif action == "perm-edit":
+            request = self._permission_request()
+            if request is not None:
+                self.perm_draft["editing"] = True
+                if self.perm_draft.get("edited") is None:
+                    self.perm_draft["edited"] = view.pretty_json(request.get("input"))
+                self.card_error = None
+                self.focus_request = "permission-edited-input|"
+                self.render()
+        elif action == "perm-edit-cancel":
+            self.perm_draft["editing"] = False
+            self.card_error = None
+            self.focus_request = "permission-edit|"
+            self.render()
+        elif action == "perm-any":
+            self.perm_draft["any"] = bool(target.checked)
+            self.render()
+        elif action == "perm-revoke":
+            rule_id = _attr(target, "data-rule-id")
+            if rule_id and self.route_session:
+                _spawn(self.revoke(self.route_session, rule_id))
         elif action == "show-card":
             if self.card_pending:
                 self.hidden.discard(self.card_pending)
-                self.focus_request = CARD_KEY
+                self.focus_request = (self.card_kind or QUESTION_CARD) + "-card|"
             self.render()
         elif action == "hide-card":
             self._hide_card()
@@ -448,9 +544,14 @@ class App:
         target = event.target
         if str(target.tagName) == "TEXTAREA":
             question_id = _attr(target, "data-question-id")
+            test_id = _attr(target, "data-testid")
             if question_id is not None:
                 self.custom[question_id] = str(target.value)
-                self._update_more()  # the box grows with its text
+            elif test_id == "permission-reason":
+                self.perm_draft["reason"] = str(target.value)
+            elif test_id == "permission-edited-input":
+                self.perm_draft["edited"] = str(target.value)
+            self._update_more()  # the box grows with its text
 
     def on_key(self, event: Any) -> None:
         key = str(event.key)
@@ -478,7 +579,7 @@ class App:
         """Hide the card (the question keeps waiting); focus moves to the control that reopens it."""
         if self.card_pending and self.card_pending not in self.hidden:
             self.hidden.add(self.card_pending)
-            self.focus_request = REOPEN_KEY
+            self.focus_request = (self.card_kind or QUESTION_CARD) + "-reopen|"
             self.render()
 
     def _move_radio(self, radio: Any, step: int) -> None:
@@ -566,18 +667,158 @@ class App:
             # closed even before the session's events catch up.
             self.resolved.add(pending_id)
             if result.get("queued"):
-                self.notice = ("QUEUED", None)
+                self.notice = ("QUEUED", None, QUESTION_CARD)
         elif kind == "ClarificationConflict":
             self.resolved.add(pending_id)
-            self.notice = (result.get("reason"), result.get("winner"))
+            self.notice = (result.get("reason"), result.get("winner"), QUESTION_CARD)
         elif kind == "ClarificationDeliveryFailed":
             message = str(result.get("message") or "the agent could not be reached")
             if result.get("retryable"):
                 self.card_error = "Not delivered: " + message + ". Your answer was kept; try again."
             else:
                 self.resolved.add(pending_id)
-                self.notice = ("FAILED", None)
+                self.notice = ("FAILED", None, QUESTION_CARD)
                 self.card_error = None
+
+    # --- deciding a permission request ------------------------------------------------------------
+
+    def _permission_request(self) -> dict[str, Any] | None:
+        """The open session's permission request while its card is the one shown."""
+        session_id = self.route_session
+        if session_id is None or self.card_kind != PERMISSION_CARD:
+            return None
+        request = self.permissions.get(session_id)
+        if request is None or request.get("pendingId") != self.card_pending:
+            return None
+        return request
+
+    def _strict_json_error(self, text: str) -> str:
+        check = js.Function.new("text", STRICT_JSON)
+        return str(check(text) or "")
+
+    async def decide(self, action: str) -> None:
+        request = self._permission_request()
+        session_id = self.route_session
+        task_id = self.route_task
+        if request is None or session_id is None or task_id is None or self.card_busy:
+            return
+        pending_id = str(request["pendingId"])
+        variables: dict[str, Any] = {
+            "pendingId": pending_id,
+            "behavior": "DENY" if action == "perm-deny" else "ALLOW",
+            "updatedInput": None,
+            "message": None,
+            "remember": action == "perm-always",
+            "rememberAnyInput": action == "perm-always" and bool(self.perm_draft.get("any")),
+        }
+        if action == "perm-deny":
+            variables["message"] = (self.perm_draft.get("reason") or "").strip() or None
+        elif action == "perm-allow-edited":
+            text = str(self.perm_draft.get("edited") or "")
+            problem = self._strict_json_error(text) if text.strip() else ""
+            value: Any = None
+            error: str | None = None
+            if problem:
+                error = "That is not valid JSON (" + problem + "). Nothing was sent."
+            else:
+                value, error = view.check_edited(text, request.get("input"))
+                if error is not None:
+                    error += " Nothing was sent."
+            if error is not None:
+                self.card_error = error
+                self.focus_request = "permission-edited-input|"
+                self.render()
+                return
+            variables["updatedInput"] = value
+        self.card_busy = True
+        self.card_error = None
+        # The card may close on this decision's own event before the response arrives: that close
+        # is not "decided elsewhere".
+        self.decided_here.add(pending_id)
+        self.render()
+        try:
+            data = await self.http.query(queries.RESPOND_PERMISSION, variables)
+            self._apply_permission_response(pending_id, data["respondToPermission"])
+        except net.Unauthorized:
+            self.sign_out("That token was not accepted. Sign in again.")
+            return
+        except net.GraphQLError as error:
+            # INVALID_INPUT names the field; nothing was written, so the card stays as it was.
+            self.decided_here.discard(pending_id)
+            self.card_error = "Not sent: " + str(error)
+        except Exception as error:  # noqa: BLE001 - the card shows whatever broke the send
+            self.decided_here.discard(pending_id)
+            self.card_error = "Could not send the decision: " + str(error)
+        self.card_busy = False
+        self.render()
+        _spawn(self.refresh_session(task_id, session_id))
+        if variables["remember"]:
+            _spawn(self.load_rules(session_id))
+
+    def _apply_permission_response(self, pending_id: str, result: dict[str, Any]) -> None:
+        kind = result.get("__typename")
+        if kind == "PermissionResponded":
+            self.resolved.add(pending_id)
+            if result.get("queued"):
+                self.notice = ("QUEUED", None, PERMISSION_CARD)
+        elif kind == "ClarificationConflict":
+            self.resolved.add(pending_id)
+            self.notice = (result.get("reason"), None, PERMISSION_CARD)
+            _spawn(self._explain_permission(pending_id, result.get("reason")))
+        elif kind == "ClarificationDeliveryFailed":
+            message = str(result.get("message") or "the agent could not be reached")
+            if result.get("retryable"):
+                self.decided_here.discard(pending_id)
+                self.card_error = "Not delivered: " + message + ". Your decision was kept; try again."
+            else:
+                self.resolved.add(pending_id)
+                self.notice = ("FAILED", None, PERMISSION_CARD)
+                self.card_error = None
+
+    async def _explain_permission(self, pending_id: str, reason: str | None) -> None:
+        """Fill the notice of a request that closed under the card with what was decided instead."""
+        session_id = self.route_session
+        try:
+            data = await self.http.query(queries.PERMISSION, {"pendingId": pending_id})
+        except Exception as error:  # noqa: BLE001 - the notice says what it knows without it
+            window.console.warn("looking up a decided request failed: " + str(error))
+            data = {}
+        if session_id != self.route_session:
+            return
+        request = data.get("permission") if isinstance(data, dict) else None
+        if reason is None:
+            if pending_id in self.decided_here:
+                return
+            state = (request or {}).get("state")
+            if state in LIVE_REQUEST_STATES and not (request or {}).get("decision"):
+                return  # still waiting (a question outranks it for now): nothing to say
+            if (request or {}).get("decision"):
+                reason = "ELSEWHERE"
+            elif state == "SUPERSEDED_HISTORY":
+                reason = "SUPERSEDED"
+            else:
+                reason = "CLOSED"
+        current = self.notice
+        live_close = reason in ("ELSEWHERE", "SUPERSEDED", "CLOSED")
+        if live_close and current is not None and current[2] != PERMISSION_CARD:
+            return  # a question's notice is up: it stays
+        self.notice = (reason, request, PERMISSION_CARD)
+        self.render()
+
+    async def revoke(self, session_id: str, rule_id: str) -> None:
+        if self.rule_busy is not None:
+            return
+        self.rule_busy = rule_id
+        self.render()
+        try:
+            await self.http.query(queries.REVOKE_RULE, {"ruleId": rule_id})
+        except Exception as error:  # noqa: BLE001 - the list is reloaded either way
+            window.console.warn("revoking a rule failed: " + str(error))
+        self.rule_busy = None
+        await self.load_rules(session_id)
+        active = document.activeElement
+        if _js_none(active) or active == document.body:
+            document.getElementById("transcript").focus()  # the revoked rule's button is gone
 
     # --- rendering -----------------------------------------------------------------------------
 
@@ -636,10 +877,11 @@ class App:
             target = self._find(slot, key) if key is not None else None
             if target is not None and _attr(target, "disabled") is not None:
                 target = card  # Submit while the answer is on its way: the card keeps the focus
+            for reopen in REOPEN_KEYS:
+                if target is None:
+                    target = self._find(slot, reopen)
             if target is None:
-                target = self._find(slot, REOPEN_KEY)
-            if target is None:
-                for notice in ("clarification-conflict|", "clarification-queued|"):
+                for notice in NOTICE_KEYS:
                     found = self._find(slot, notice)
                     if target is None and found is not None:
                         target = found.querySelector("button")
@@ -683,11 +925,13 @@ class App:
                 found = list(bundle.get("questions") or [])
         return found
 
-    def _reset_draft(self, pending_id: str | None) -> None:
+    def _reset_draft(self, pending_id: str | None, kind: str | None = None) -> None:
         if pending_id != self.card_pending:
             self.card_pending = pending_id
+            self.card_kind = kind if pending_id is not None else None
             self.selections = {}
             self.custom = {}
+            self.perm_draft = {}
             self.card_error = None
             self.card_busy = False
 
@@ -741,6 +985,7 @@ class App:
             )
             self._set_html("task-head", home)
             self._set_html("tabs", "")
+            self._set_html("rules", "")
             self._set_html("transcript", "")
             self._set_card_slot("")
             self._reset_draft(None)
@@ -764,11 +1009,18 @@ class App:
             hint = "Choose a session above."
             if owner is not None:
                 hint = "A session of this task needs your input: it is marked with a dot above."
+            self._set_html("rules", "")
             self._set_html("transcript", '<p class="empty">' + view.esc(hint) + "</p>")
             self._set_card_slot(self._notice_html())
             self._reset_draft(None)
             return
-        active_ids = self.store.session_pending(session_id)[1]
+        action, active_ids = self.store.session_pending(session_id)
+        self._set_html("rules", view.permission_rules(self.rules.get(session_id) or [], self.rule_busy))
+        if action == PERMISSION and session_id not in self.permission_loading:
+            revision_key = _revision_key((self.store.projection(session_id) or {}).get("revision"))
+            if self.permission_seen.get(session_id) != revision_key:
+                self.permission_seen[session_id] = revision_key
+                _spawn(self.load_permission(task_id, session_id))
         node = document.getElementById("transcript")
         # Follow the conversation while the reader is at its end (a card appearing shrinks the view).
         at_end = node.scrollTop + node.clientHeight >= node.scrollHeight - 48
@@ -776,32 +1028,70 @@ class App:
             "transcript",
             view.transcript(self.store.turns(session_id), self.store.messages(session_id), active_ids),
         )
-        card_changed = self._render_card(session_id, active_ids)
+        card_changed = self._render_card(session_id, active_ids, action)
         if (changed and scroll) or ((changed or card_changed) and at_end):
             node.scrollTop = node.scrollHeight
 
     def _notice_html(self) -> str:
         if self.notice is None:
             return ""
-        reason, bundle = self.notice
+        reason, bundle, kind = self.notice
         if reason == "QUEUED":
-            return view.queued_notice()
+            return view.permission_queued_notice() if kind == PERMISSION_CARD else view.queued_notice()
         if reason == "FAILED":
+            what = "decision" if kind == PERMISSION_CARD else "answer"
             return (
-                '<div class="notice" role="status" data-testid="clarification-conflict"><p>The answer was '
-                "accepted but the agent may not have received it; it will not be sent twice.</p></div>"
+                '<div class="notice" role="status" data-testid="'
+                + kind
+                + '-conflict"><p>The '
+                + what
+                + " was accepted but the agent may not have received it; it will not be sent twice.</p></div>"
             )
+        if kind == PERMISSION_CARD:
+            return view.permission_notice(reason, bundle)
         return view.conflict_notice(reason, bundle)
 
-    def _render_card(self, session_id: str, active_ids: list[str]) -> bool:
+    def _live_permission(self, session_id: str, action: str | None) -> dict[str, Any] | None:
+        """The session's permission request while its projection says PERMISSION and it is undecided."""
+        if action != PERMISSION:
+            return None
+        request = self.permissions.get(session_id)
+        if request is None or request.get("pendingId") in self.resolved:
+            return None
+        if request.get("sessionId", session_id) != session_id:
+            return None
+        if request.get("state") not in LIVE_REQUEST_STATES:
+            return None
+        return request
+
+    def _render_card(self, session_id: str, active_ids: list[str], action: str | None = None) -> bool:
         pending_id = None
         for candidate in active_ids:
             if candidate not in self.resolved and self._questions(session_id, candidate):
                 pending_id = candidate
                 break
-        self._reset_draft(pending_id)
+        request = None if pending_id is not None else self._live_permission(session_id, action)
+        if request is not None:
+            pending_id = str(request["pendingId"])
+        shown = self.shown_permission
+        # The card closed under the person (decided elsewhere, superseded, closed): say so.
+        closed = shown is not None and shown[0] == session_id and shown[1] != pending_id
+        if (
+            closed
+            and shown is not None
+            and shown[1] not in self.resolved
+            and shown[1] not in self.decided_here
+        ):
+            _spawn(self._explain_permission(shown[1], None))
+        self.shown_permission = (session_id, pending_id) if request is not None and pending_id else None
+        self._reset_draft(pending_id, PERMISSION_CARD if request is not None else QUESTION_CARD)
         html = self._notice_html()
-        if pending_id is not None:
+        if request is not None and pending_id is not None:
+            if pending_id in self.hidden:
+                html += view.reopen_pill(PERMISSION_CARD)
+            else:
+                html += view.permission_card(request, self.perm_draft, self.card_busy, self.card_error)
+        elif pending_id is not None:
             if pending_id in self.hidden:
                 html += view.reopen_pill()
             else:
@@ -816,6 +1106,12 @@ class App:
                     self.card_error,
                 )
         return self._set_card_slot(html)
+
+
+def _revision_key(revision: Any) -> str:
+    if not isinstance(revision, dict):
+        return ""
+    return str(revision.get("epoch")) + ":" + str(revision.get("sequence"))
 
 
 def show_signin(message: str | None = None) -> None:

@@ -22,6 +22,7 @@ from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
 from frontend_py.kit.attention import Lookup, Notifier, badge_label, page_title, waiting_count
+from frontend_py.kit.derivation import CLARIFICATION, PERMISSION
 
 try:  # noqa: SIM105, RUF100 - MicroPython has no contextlib
     from typing import Any
@@ -35,7 +36,8 @@ ICON = "/app/icon-192.png"
 # Its own operation name: tests that hold back the activation load leave this one alone.
 LOOKUP = (
     "query NotifySessions($taskId: ID!) { taskSessions(taskId: $taskId) { id"
-    " activeClarification { pendingId sessionId state questions { questionId title prompt } } } }"
+    " activeClarification { pendingId sessionId state questions { questionId title prompt } }"
+    " activePermission { pendingId sessionId state toolName input } } }"
 )
 
 BELL = (
@@ -63,7 +65,7 @@ class Attention:
 
     def __init__(self, app: Any) -> None:
         self.app = app
-        self.notifier = Notifier()
+        self.notifier = Notifier((CLARIFICATION, PERMISSION))
         self.count = -1
         self.supported = bool(js.Reflect.has(js.window, "Notification"))
         self.proxies: list[Any] = []  # event handlers: they must live as long as their target
@@ -137,7 +139,7 @@ class Attention:
             if on
             else "Allow notifications in the browser's site settings to turn them on"
             if permission == "denied"
-            else "Get a desktop notification when an agent asks a question"
+            else "Get a desktop notification when an agent asks a question or a permission"
         )
         button.innerHTML = BELL + "<span>" + label + "</span>"
 

@@ -10,6 +10,13 @@ options { id label description } response { selectedOptionIds customText }"""
 
 BUNDLE_FIELDS = "pendingId sessionId taskId turnId state context questions { " + QUESTION_FIELDS + " }"
 
+DECISION_FIELDS = "behavior updatedInput message remember auto"
+
+PERMISSION_FIELDS = (
+    "pendingId sessionId taskId turnId state toolName input toolUseId context agentDisconnected"
+    " decision { " + DECISION_FIELDS + " }"
+)
+
 MESSAGE_FIELDS = "id sessionId turnId kind author content createdAt clarification { " + QUESTION_FIELDS + " }"
 
 TURN_FIELDS = "id sessionId startedAt completedAt createdAt lifecycleOnly"
@@ -26,13 +33,17 @@ ACTIVATION_SESSIONS = (
     + SESSION_FIELDS
     + " activeClarification { pendingId sessionId state context questions { "
     + QUESTION_FIELDS
-    + " } } } }"
+    + " } } activePermission { "
+    + PERMISSION_FIELDS
+    + " } } }"
 )
 
 ROUTE_SESSIONS = (
     "query RouteSessions($taskId: ID!) { taskSessions(taskId: $taskId) { "
     + SESSION_FIELDS
-    + " activeClarification { pendingId sessionId state context } } }"
+    + " activeClarification { pendingId sessionId state context } activePermission { "
+    + PERMISSION_FIELDS
+    + " } } }"
 )
 
 SESSION_HISTORY = (
@@ -55,6 +66,29 @@ RESPOND = (
     " ... on ClarificationConflict { pendingId reason winner: bundle { " + BUNDLE_FIELDS + " } }"
     " ... on ClarificationDeliveryFailed { pendingId retryable message } } }"
 )
+
+RESPOND_PERMISSION = (
+    "mutation RespondPermission($pendingId: ID!, $behavior: PermissionBehavior!, $updatedInput: JSON,"
+    " $message: String, $remember: Boolean!, $rememberAnyInput: Boolean!) {"
+    " respondToPermission(pendingId: $pendingId, behavior: $behavior, updatedInput: $updatedInput,"
+    " message: $message, remember: $remember, rememberAnyInput: $rememberAnyInput) {"
+    " __typename"
+    " ... on PermissionResponded { resumed queued request { " + PERMISSION_FIELDS + " } }"
+    " ... on ClarificationConflict { pendingId reason }"
+    " ... on ClarificationDeliveryFailed { pendingId retryable message } } }"
+)
+
+# One request with its decision: what a closed or conflicting card says was decided instead.
+PERMISSION = (
+    "query Permission($pendingId: ID!) { permission(pendingId: $pendingId) { " + PERMISSION_FIELDS + " } }"
+)
+
+PERMISSION_RULES = (
+    "query PermissionRules($sessionId: ID!) { permissionRules(sessionId: $sessionId) {"
+    " id sessionId toolName input createdAt } }"
+)
+
+REVOKE_RULE = "mutation RevokeRule($ruleId: ID!) { revokePermissionRule(ruleId: $ruleId) }"
 
 TASK_SUMMARIES = "subscription Summaries { taskSummaryChanged { " + SUMMARY_FIELDS + " } }"
 

@@ -1,5 +1,7 @@
 """HTML for the web app's parts, built from kit state; pure functions, no browser imports."""
 
+import json
+
 try:
     from typing import Any
 except ImportError:  # MicroPython: annotations are never evaluated there
@@ -246,6 +248,38 @@ CHEVRON_ICON = (
 )
 
 
+def _card_open(prefix: str, pending_id: str, icon: str, title: str, hide_title: str) -> str:
+    """A card's frame up to its scrolling body: the header with its badge, title and Hide control.
+
+    Both kinds share it (``prefix`` names the test ids: ``<prefix>-card``, ``<prefix>-hide``); the
+    body scrolls, the header and the footer (``_card_close``) stay in view however long the body.
+    """
+    return (
+        '<section class="card ' + prefix + '" role="dialog" aria-modal="false" aria-labelledby="card-title" '
+        'tabindex="-1" data-testid="' + prefix + '-card" data-pending-id="' + esc(pending_id) + '">'
+        '<header class="card-head"><span class="card-badge">' + icon + "</span>"
+        '<h2 id="card-title">' + esc(title) + "</h2>"
+        '<button type="button" class="card-hide" data-action="hide-card" data-testid="' + prefix + '-hide" '
+        'aria-keyshortcuts="Escape" title="'
+        + esc(hide_title)
+        + '">'
+        + CHEVRON_ICON
+        + '<span>Hide</span><kbd class="card-key" aria-hidden="true">Esc</kbd></button></header>'
+        '<div class="card-body">'
+    )
+
+
+def _card_close(buttons: str) -> str:
+    """Ends the body and adds the footer: the "More below" cue and the card's ``buttons``."""
+    return (
+        '</div><footer class="card-actions"><span class="card-more" aria-hidden="true">'
+        + CHEVRON_ICON
+        + "More below</span>"
+        + buttons
+        + "</footer></section>"
+    )
+
+
 def _option(question_id: str, option: dict[str, Any], multi: bool, pressed: bool, tabbable: bool) -> str:
     """One option: a toggle button in a "choose any" question, a radio in a "choose one" group."""
     option_id = option.get("id") or ""
@@ -296,19 +330,16 @@ def card(
     for question in questions:
         if question.get("agentDisconnected"):
             detached = True
+    # Hiding keeps the question waiting (Skip is the one that rejects it); Escape does the same.
     parts = [
-        '<section class="card" role="dialog" aria-modal="false" aria-labelledby="card-title" '
-        'tabindex="-1" data-testid="clarification-card" data-pending-id="' + esc(pending_id) + '">',
-        '<header class="card-head"><span class="card-badge">' + QUESTION_ICON + "</span>"
-        '<h2 id="card-title">The agent needs your input</h2>'
-        # Hiding keeps the question waiting (Skip is the one that rejects it); Escape does the same.
-        '<button type="button" class="card-hide" data-action="hide-card" data-testid="clarification-hide" '
-        'aria-keyshortcuts="Escape" title="Hide the question (Esc); it keeps waiting">'
-        + CHEVRON_ICON
-        + '<span>Hide</span><kbd class="card-key" aria-hidden="true">Esc</kbd></button></header>',
+        _card_open(
+            "clarification",
+            pending_id,
+            QUESTION_ICON,
+            "The agent needs your input",
+            "Hide the question (Esc); it keeps waiting",
+        )
     ]
-    # The body scrolls; the header and the Skip/Submit footer stay in view however long the bundle.
-    parts.append('<div class="card-body">')
     if context:
         parts.append('<p class="card-context">' + esc(context) + "</p>")
     if detached:
@@ -368,19 +399,18 @@ def card(
         parts.append(
             '<p class="card-error" role="alert" data-testid="clarification-error">' + esc(error) + "</p>"
         )
-    parts.append("</div>")
     disabled = " disabled" if busy else ""
     parts.append(
-        '<footer class="card-actions"><span class="card-more" aria-hidden="true">'
-        + CHEVRON_ICON
-        + "More below</span>"
-        '<button type="button" class="btn ghost" data-action="skip" '
-        'data-testid="clarification-skip"' + disabled + ">Skip</button>"
-        '<button type="button" class="btn primary" data-action="submit" data-testid="clarification-submit"'
-        + disabled
-        + ">"
-        + ("Sending…" if busy else "Submit")
-        + "</button></footer></section>"
+        _card_close(
+            '<button type="button" class="btn ghost" data-action="skip" '
+            'data-testid="clarification-skip"' + disabled + ">Skip</button>"
+            '<button type="button" class="btn primary" data-action="submit" '
+            'data-testid="clarification-submit"'
+            + disabled
+            + ">"
+            + ("Sending…" if busy else "Submit")
+            + "</button>"
+        )
     )
     return "".join(parts)
 
@@ -425,9 +455,361 @@ def conflict_notice(reason: str | None, bundle: dict[str, Any] | None) -> str:
     )
 
 
-def reopen_pill() -> str:
+def reopen_pill(prefix: str = "clarification") -> str:
+    """The pill that brings a hidden card back (``<prefix>-reopen``)."""
+    if prefix == "permission":
+        icon, text = PERMISSION_ICON, "A permission request is waiting · Show"
+    else:
+        icon, text = QUESTION_ICON, "A question is waiting · Show"
     return (
-        '<button type="button" class="reopen" data-action="show-card" data-testid="clarification-reopen">'
-        + QUESTION_ICON
-        + "<span>A question is waiting · Show</span></button>"
+        '<button type="button" class="reopen '
+        + prefix
+        + '" data-action="show-card" data-testid="'
+        + prefix
+        + '-reopen">'
+        + icon
+        + "<span>"
+        + text
+        + "</span></button>"
+    )
+
+
+# --- permission card ---------------------------------------------------------------------------
+
+
+def json_type(value: Any) -> str:
+    """The JSON type of a decoded value, as the server compares an edited input with the asked one."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def pretty_json(value: Any, indent: str = "") -> str:
+    """JSON with two-space indents and sorted keys (MicroPython's ``json.dumps`` has neither, and its
+    dicts keep no order, so sorting is what makes the text the same wherever it is built)."""
+    inner = indent + "  "
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = []
+        for key in sorted(value):
+            items.append(inner + json.dumps(str(key)) + ": " + pretty_json(value[key], inner))
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    if isinstance(value, list):
+        if not value:
+            return "[]"
+        return "[\n" + ",\n".join([inner + pretty_json(item, inner) for item in value]) + "\n" + indent + "]"
+    return json.dumps(value)
+
+
+def check_edited(text: str, original: Any) -> tuple[Any, str | None]:
+    """The edited input decoded, or why it cannot be sent: it must be JSON of the asked input's type.
+
+    Strict syntax is checked by the page (the browser's ``JSON.parse``) before this is called.
+    """
+    if not text.strip():
+        return (None, "The input is empty. Write the tool's input as JSON.")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return (None, "That is not valid JSON. Fix it, then allow again.")
+    wanted = json_type(original)
+    if json_type(value) != wanted:
+        return (None, "The input must be a JSON " + wanted + ", like the one the agent sent.")
+    return (value, None)
+
+
+def _text_field(value: Any, name: str) -> str | None:
+    field = value.get(name) if isinstance(value, dict) else None
+    return field if isinstance(field, str) else None
+
+
+def _rest(value: dict[str, Any], shown: tuple[str, ...]) -> dict[str, Any]:
+    rest = {}
+    for key in value:
+        if key not in shown:
+            rest[key] = value[key]
+    return rest
+
+
+def _lines(text: str) -> list[str]:
+    return text.split("\n")
+
+
+def diff_rows(old: str, new: str) -> list[tuple[str, str]]:
+    """A line diff of one replacement: the lines both share at the start and end as context (" "),
+    the old middle removed ("-"), the new middle added ("+")."""
+    before, after = _lines(old), _lines(new)
+    start = 0
+    while start < len(before) and start < len(after) and before[start] == after[start]:
+        start += 1
+    end = 0
+    while (
+        end < len(before) - start
+        and end < len(after) - start
+        and before[len(before) - 1 - end] == after[len(after) - 1 - end]
+    ):
+        end += 1
+    rows = [(" ", line) for line in before[:start]]
+    rows += [("-", line) for line in before[start : len(before) - end]]
+    rows += [("+", line) for line in after[start : len(after) - end]]
+    rows += [(" ", line) for line in before[len(before) - end :]]
+    return rows
+
+
+def tool_input_html(value: Any) -> str:
+    """A tool's input the way people read it: a ``command`` as a shell line, an ``old_string`` /
+    ``new_string`` edit as a diff of its file, anything else (and what those leave out) as JSON."""
+    parts = []
+    rest: Any = value
+    command = _text_field(value, "command")
+    old, new = _text_field(value, "old_string"), _text_field(value, "new_string")
+    if command is not None:
+        description = _text_field(value, "description")
+        if description:
+            parts.append('<p class="perm-caption">' + esc(description) + "</p>")
+        parts.append(
+            '<pre class="perm-shell"><span class="visually-hidden">Shell command: </span>'
+            '<span class="perm-prompt" aria-hidden="true">$ </span><code>' + esc(command) + "</code></pre>"
+        )
+        rest = _rest(value, ("command", "description"))
+    elif old is not None and new is not None:
+        path = _text_field(value, "file_path") or _text_field(value, "path")
+        if path:
+            parts.append('<p class="perm-caption perm-file">' + esc(path) + "</p>")
+        rows = []
+        for mark, line in diff_rows(old, new):
+            css = {"-": "del", "+": "add", " ": "ctx"}[mark]
+            label = {"-": "removed: ", "+": "added: ", " ": ""}[mark]
+            rows.append(
+                '<span class="perm-line ' + css + '"><span class="visually-hidden">' + label + "</span>"
+                '<span class="perm-mark" aria-hidden="true">' + mark + "</span>" + esc(line) + "</span>"
+            )
+        parts.append('<pre class="perm-diff">' + "".join(rows) + "</pre>")
+        rest = _rest(value, ("old_string", "new_string", "file_path", "path"))
+    if rest is value or (isinstance(rest, dict) and rest):
+        parts.append('<pre class="perm-json">' + esc(pretty_json(rest)) + "</pre>")
+    return "".join(parts)
+
+
+def input_summary(value: Any) -> str:
+    """One line for a rule's input: its command, its file, else compact JSON."""
+    command = _text_field(value, "command")
+    if command is not None:
+        return command
+    path = _text_field(value, "file_path")
+    if path is not None:
+        return "edit " + path
+    return json.dumps(value)
+
+
+def permission_card(
+    request: dict[str, Any],
+    draft: dict[str, Any],
+    busy: bool,
+    error: str | None,
+) -> str:
+    """The card for a session's active permission request.
+
+    ``draft`` is the person's: ``reason`` (for a deny), ``editing`` with ``edited`` (the input's
+    text), ``any`` (remember any input of the tool, not only this one).
+    """
+    pending_id = str(request.get("pendingId") or "")
+    tool = str(request.get("toolName") or "")
+    editing = bool(draft.get("editing"))
+    disabled = " disabled" if busy else ""
+    parts = [
+        _card_open(
+            "permission",
+            pending_id,
+            PERMISSION_ICON,
+            "The agent asks to use a tool",
+            "Hide the request (Esc); it keeps waiting",
+        )
+    ]
+    parts.append(
+        '<p class="perm-tool"><span class="perm-label">Tool</span>'
+        '<code class="perm-name" data-testid="permission-tool">' + esc(tool) + "</code></p>"
+    )
+    context = request.get("context")
+    if context:
+        parts.append('<p class="card-context">' + esc(context) + "</p>")
+    if request.get("agentDisconnected"):
+        parts.append(
+            '<p class="card-detached" data-testid="permission-detached">The agent stopped waiting and '
+            "went on as if denied. Allow resumes it with this tool call; Deny only closes the request.</p>"
+        )
+    error_html = ""
+    if error:
+        error_html = (
+            '<p class="card-error" id="perm-error" role="alert" data-testid="permission-error">'
+            + esc(error)
+            + "</p>"
+        )
+    if editing:
+        parts.append(
+            '<div class="perm-input-head"><label class="perm-label" for="perm-edited">Input as JSON</label>'
+            '<button type="button" class="btn ghost small" data-action="perm-edit-cancel" '
+            'data-testid="permission-edit-cancel"' + disabled + ">Cancel edit</button></div>"
+            '<textarea id="perm-edited" class="custom perm-editor" rows="6" spellcheck="false" '
+            'autocapitalize="off" data-testid="permission-edited-input"'
+            + (' aria-invalid="true" aria-describedby="perm-error"' if error else "")
+            + ">"
+            + esc(draft.get("edited") or "")
+            + "</textarea>"
+            + error_html
+        )
+        error_html = ""
+    else:
+        parts.append(
+            '<div class="perm-input-head"><span class="perm-label" id="perm-input-label">Input</span>'
+            '<button type="button" class="btn ghost small" data-action="perm-edit" '
+            'data-testid="permission-edit"' + disabled + ">Edit, then allow</button></div>"
+            '<div class="perm-input" role="group" aria-labelledby="perm-input-label" '
+            'data-testid="permission-input">' + tool_input_html(request.get("input")) + "</div>"
+        )
+        parts.append(
+            '<div class="perm-always">'
+            '<button type="button" class="btn ghost" data-action="perm-always" '
+            'data-testid="permission-always"' + disabled + ">Always allow this in this session</button>"
+            '<label class="perm-any"><input type="checkbox" data-action="perm-any" '
+            'data-testid="permission-always-any"'
+            + (" checked" if draft.get("any") else "")
+            + disabled
+            + "><span>For any input of <code>"
+            + esc(tool)
+            + "</code>, not only this one</span></label></div>"
+        )
+    parts.append(
+        '<label class="perm-field" for="perm-reason">Reason, if you deny '
+        '<span class="perm-hint">(optional; the agent sees it)</span></label>'
+        '<textarea id="perm-reason" class="custom perm-reason" rows="1" data-testid="permission-reason" '
+        'placeholder="Why not?">' + esc(draft.get("reason") or "") + "</textarea>"
+    )
+    parts.append(error_html)
+    deny = (
+        '<button type="button" class="btn ghost danger" data-action="perm-deny" data-testid="permission-deny"'
+        + disabled
+        + ">Deny</button>"
+    )
+    if editing:
+        buttons = (
+            deny + '<button type="button" class="btn primary" data-action="perm-allow-edited" '
+            'data-testid="permission-allow-edited"'
+            + disabled
+            + ">"
+            + ("Sending…" if busy else "Allow edited")
+            + "</button>"
+        )
+    else:
+        buttons = (
+            deny + '<button type="button" class="btn primary" data-action="perm-allow" '
+            'data-testid="permission-allow"'
+            + disabled
+            + ">"
+            + ("Sending…" if busy else "Allow")
+            + "</button>"
+        )
+    parts.append(_card_close(buttons))
+    return "".join(parts)
+
+
+def permission_queued_notice() -> str:
+    return (
+        '<div class="notice" role="status" data-testid="permission-queued"><p>Your decision is saved and '
+        "waiting for the agent: it gets it once, as soon as it comes back.</p>"
+        '<button type="button" class="btn ghost small" data-action="dismiss-notice">Dismiss</button></div>'
+    )
+
+
+def _decision_text(request: dict[str, Any] | None) -> str:
+    decision = (request or {}).get("decision") or {}
+    behavior = decision.get("behavior")
+    if behavior == "ALLOW":
+        text = "Allowed"
+        if decision.get("auto"):
+            text += " by a rule of this session"
+        elif decision.get("remember"):
+            text += " and remembered for this session"
+        if decision.get("updatedInput") is not None and decision.get("updatedInput") != (request or {}).get(
+            "input"
+        ):
+            text += ", with an edited input"
+        return text + "."
+    if behavior == "DENY":
+        message = decision.get("message")
+        return "Denied" + (": “" + str(message) + "”" if message else ".")
+    return ""
+
+
+def permission_notice(reason: str | None, request: dict[str, Any] | None) -> str:
+    """Shown when the card closed without this page's decision taking effect: why, and the decision
+    that was taken instead when it is known."""
+    if reason == "SUPERSEDED":
+        headline = "This permission request is no longer current: the agent has moved on."
+    elif reason == "DELIVERY_CLAIMED":
+        headline = "A decision for this request is already on its way to the agent."
+    elif reason == "ELSEWHERE":
+        headline = "This permission request was decided elsewhere."
+    elif reason == "CLOSED":
+        headline = "This permission request is no longer waiting."
+    else:
+        headline = "This permission request was already decided or closed."
+    decided = _decision_text(request)
+    if decided and reason in ("TERMINAL", "ELSEWHERE", "CLOSED", None):
+        headline = "Someone else decided this permission request first."
+    return (
+        '<div class="notice" role="status" data-testid="permission-conflict"><p>'
+        + esc(headline)
+        + "</p>"
+        + (
+            '<p class="notice-detail" data-testid="permission-winner">' + esc(decided) + "</p>"
+            if decided
+            else ""
+        )
+        + '<button type="button" class="btn ghost small" data-action="dismiss-notice">Dismiss</button></div>'
+    )
+
+
+def permission_rules(rules: list[dict[str, Any]], busy: str | None) -> str:
+    """The session's remembered rules ("Allowed in this session"), each with its Revoke button."""
+    if not rules:
+        return ""
+    items = []
+    for rule in rules:
+        rule_id = str(rule.get("id") or "")
+        value = rule.get("input")
+        scope = "any input" if value is None else input_summary(value)
+        items.append(
+            '<li class="rule" data-testid="permission-rule-'
+            + esc(rule_id)
+            + '"><code class="perm-name">'
+            + esc(rule.get("toolName"))
+            + '</code><span class="rule-input" title="'
+            + esc(scope)
+            + '">'
+            + esc(scope)
+            + '</span><button type="button" class="btn ghost small" data-action="perm-revoke" '
+            'data-rule-id="'
+            + esc(rule_id)
+            + '" data-testid="permission-rule-revoke" aria-label="Revoke: '
+            + esc(rule.get("toolName"))
+            + ", "
+            + esc(scope)
+            + '"'
+            + (" disabled" if busy == rule_id else "")
+            + ">Revoke</button></li>"
+        )
+    return (
+        '<section class="rules" data-testid="permission-rules" aria-labelledby="rules-title">'
+        '<h2 id="rules-title" class="rules-title">Allowed in this session</h2>'
+        '<ul class="rule-list">' + "".join(items) + "</ul></section>"
     )

@@ -23,8 +23,9 @@ Notifications (``Notifier``) follow these rules:
 * Questions already pending when notifications are armed (page load with notifications on, or the
   moment the person opts in) are the *baseline*: recorded, never raised. The title and the icons
   already show them.
-* Only clarification questions notify; a permission request is counted in the title but has no
-  bundle to show.
+* By default only clarification questions notify (a permission request is counted in the title);
+  ``Notifier(kinds=(CLARIFICATION, PERMISSION))`` notifies permission requests too, by the same
+  rules, from a session's ``activePermission`` (its ``pendingId`` is the one notification's key).
 """
 
 try:  # noqa: SIM105, RUF100 - MicroPython has no contextlib
@@ -32,7 +33,7 @@ try:  # noqa: SIM105, RUF100 - MicroPython has no contextlib
 except ImportError:  # MicroPython: annotations are never evaluated there
     pass
 
-from frontend_py.kit.derivation import CLARIFICATION
+from frontend_py.kit.derivation import CLARIFICATION, PERMISSION
 from frontend_py.kit.store import Store
 
 APP_NAME = "Turnwise"
@@ -75,7 +76,8 @@ class Lookup:
 class Notifier:
     """Decides which pending bundles raise a desktop notification in this tab (see the module doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: tuple[str, ...] = (CLARIFICATION,)) -> None:
+        self.kinds = kinds
         self.armed = False
         # The summary revision last seen per task; a lookup starts only when it grows.
         self._seen: dict[str, int] = {}
@@ -98,7 +100,7 @@ class Notifier:
             if type(revision) is not int:
                 continue
             self._seen[task_id] = revision
-            if summary.get("pendingAction") == CLARIFICATION:
+            if summary.get("pendingAction") in self.kinds:
                 lookups.append(Lookup(task_id, revision, True))
         return lookups
 
@@ -122,7 +124,7 @@ class Notifier:
             if seen is not None and revision <= seen:
                 continue
             self._seen[task_id] = revision
-            if self.armed and summary.get("pendingAction") == CLARIFICATION:
+            if self.armed and summary.get("pendingAction") in self.kinds:
                 # A task listed after arming is news too, not baseline.
                 lookups.append(Lookup(task_id, revision, False))
         for task_id in list(self._seen):
@@ -148,12 +150,16 @@ class Notifier:
         summary = store.summary(lookup.task_id)
         if summary is None or summary.get("revision") != lookup.revision:
             return []
-        if summary.get("pendingAction") != CLARIFICATION:
+        action = summary.get("pendingAction")
+        if action not in self.kinds:
             return []
         task = store.task(lookup.task_id) or {}
         raised = []
         for session in sessions:
             bundle = session.get("activeClarification")
+            asks_permission = action == PERMISSION and not isinstance(bundle, dict)
+            if asks_permission:
+                bundle = session.get("activePermission")
             if not isinstance(bundle, dict):
                 continue
             pending_id = bundle.get("pendingId")
@@ -171,7 +177,7 @@ class Notifier:
                     "taskId": lookup.task_id,
                     "sessionId": session_id,
                     "title": task.get("title") or APP_NAME,
-                    "body": first_question(bundle),
+                    "body": permission_line(bundle) if asks_permission else first_question(bundle),
                 }
             )
         return raised
@@ -188,6 +194,17 @@ class Notifier:
         if len(self._notified) > _NOTIFIED_LIMIT:
             dropped = self._notified.pop(0)
             self._notified_set.discard(dropped)
+
+
+def permission_line(request: dict[str, Any]) -> str:
+    """A permission notification's body: the tool, and its command when it has one."""
+    tool = request.get("toolName") or "a tool"
+    value = request.get("input")
+    command = value.get("command") if isinstance(value, dict) else None
+    line = "Asks to use " + str(tool)
+    if isinstance(command, str) and command:
+        line += ": " + command
+    return line
 
 
 def first_question(bundle: dict[str, Any]) -> str:
