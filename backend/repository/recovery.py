@@ -15,8 +15,9 @@ from backend.db.sqlfuncs import json_flag, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import INTENT_KEY, BundleRow
-from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus
+from backend.domain.states import ClarificationStatus
 from backend.repository.authority import (
+    PENDING_ACTION_TYPES,
     active_pending_rows,
     current_turn_id,
     is_pending_status,
@@ -30,7 +31,7 @@ async def delivery_intents(conn: AsyncConnection) -> list[BundleRow]:
     """Every row still carrying a durable delivery intent (startup only)."""
     result = await conn.execute(
         select(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata).where(
-            M.c.type == MESSAGE_KIND_CLARIFICATION, json_flag(M.c.metadata, INTENT_KEY)
+            M.c.type.in_(PENDING_ACTION_TYPES), json_flag(M.c.metadata, INTENT_KEY)
         )
     )
     return [bundle_row(r) for r in result]

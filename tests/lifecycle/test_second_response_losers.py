@@ -103,7 +103,7 @@ async def test_second_responses_to_a_live_claim_in_flight_write_nothing(db: Data
         assert isinstance(await asyncio.wait_for(first, 10), lc.Responded)
         outcome = await agent.outcome()
         assert isinstance(outcome, lc.Answered)
-        assert [a.custom_text for a in outcome.answers] == ["the winner"]
+        assert [a.custom_text for a in outcome.question_answers] == ["the winner"]
         await agent.close()
 
 
