@@ -102,7 +102,7 @@ async def _open_notifying(page: Any, server: Server, path: str = "/", *, phone: 
     network = await _open_observed(page, server, path, phone=phone)
     if phone:
         await page.get_by_test_id("task-drawer-toggle").click()
-    toggle = page.get_by_test_id("notify-toggle")
+    toggle = page.get_by_test_id("notifications-toggle")
     await expect(toggle).to_have_text("Turn on notifications")
     await toggle.click()
     await expect(toggle).to_have_attribute("aria-pressed", "true")
@@ -312,16 +312,16 @@ async def test_notifications_stay_off_until_the_person_opts_in(
     network = await _open_observed(page, web_server)
     quiet = await api.ask(session_id)
     await _expect_waiting(page, 1)
-    await page.get_by_test_id("notify-toggle").click()
-    await expect(page.get_by_test_id("notify-toggle")).to_have_attribute("aria-pressed", "true")
+    await page.get_by_test_id("notifications-toggle").click()
+    await expect(page.get_by_test_id("notifications-toggle")).to_have_attribute("aria-pressed", "true")
     loud = await api.ask(other_session, [question("Now?")])
     notes = await _wait_notes(page, 1)
     assert [n["tag"] for n in notes] == [loud.pending_id], "the earlier question is baseline, not news"
     # Turning them off again is kept across a reload.
-    await page.get_by_test_id("notify-toggle").click()
-    await expect(page.get_by_test_id("notify-toggle")).to_have_attribute("aria-pressed", "false")
+    await page.get_by_test_id("notifications-toggle").click()
+    await expect(page.get_by_test_id("notifications-toggle")).to_have_attribute("aria-pressed", "false")
     await reload_app(page)
-    await expect(page.get_by_test_id("notify-toggle")).to_have_text("Turn on notifications")
+    await expect(page.get_by_test_id("notifications-toggle")).to_have_text("Turn on notifications")
     await wrap_up(network, quiet, loud)
 
 
@@ -348,8 +348,8 @@ async def test_where_a_page_cannot_notify_the_service_worker_shows_the_notificat
     network = await open_app(page, web_server, phone=True)
     await page.wait_for_function("navigator.serviceWorker.controller !== null", timeout=20_000)
     await page.get_by_test_id("task-drawer-toggle").click()
-    await page.get_by_test_id("notify-toggle").click()
-    await expect(page.get_by_test_id("notify-toggle")).to_have_attribute("aria-pressed", "true")
+    await page.get_by_test_id("notifications-toggle").click()
+    await expect(page.get_by_test_id("notifications-toggle")).to_have_attribute("aria-pressed", "true")
     agent = await api.ask(session_id, [question("Shown by the worker?")])
     shown = (
         "navigator.serviceWorker.ready.then(r => r.getNotifications())"
@@ -474,7 +474,7 @@ async def test_screenshot_with_a_question_pending_and_the_opt_in_control(
     if phone:
         await page.get_by_test_id("task-drawer-toggle").click()
         await page.wait_for_timeout(400)  # let the drawer finish sliding in before the picture
-    await expect(page.get_by_test_id("notify-toggle")).to_be_visible()
+    await expect(page.get_by_test_id("notifications-toggle")).to_be_visible()
     await expect(page).to_have_title("(1) Turnwise")
     RESULTS.mkdir(exist_ok=True)
     await page.screenshot(path=str(RESULTS / f"web-attention-{'phone' if phone else 'desktop'}.png"))
