@@ -36,6 +36,13 @@ async def get_task(conn: AsyncConnection, task_id: str) -> TaskRecord:
     return rows.task(row)
 
 
+async def task_titles(conn: AsyncConnection, task_ids: Sequence[str]) -> dict[str, str]:
+    if not task_ids:
+        return {}
+    result = await conn.execute(select(tasks.c.id, tasks.c.title).where(tasks.c.id.in_(list(task_ids))))
+    return {r.id: r.title for r in result}
+
+
 async def list_tasks(conn: AsyncConnection, task_ids: Sequence[str] | None = None) -> list[TaskRecord]:
     query = select(tasks).order_by(tasks.c.created_at.desc(), tasks.c.id.desc())
     if task_ids is not None:

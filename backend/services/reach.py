@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.db.engine import utcnow
 from backend.db.health import is_outage
 from backend.domain import reach as text
-from backend.domain.errors import InvalidInput, NotFound
+from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState, bundle_turn
 from backend.outbound import channels, webpush
 from backend.outbound.guard import OutboundRefused, check_target
@@ -55,6 +55,7 @@ MAX_LABEL = 200
 # An idle worker looks at the outbox this often (a row another process wrote and could not send);
 # its own process's asks wake it for their due time.
 IDLE_SECONDS = 5.0
+DEFAULT_TITLE = "A task"
 
 
 @dataclass(frozen=True)
@@ -227,8 +228,7 @@ class Reach:
             async with self.deps.db.write() as conn:
                 claimed = await repo.claim_due(conn, self.deps.instance_id, now, LEASE, BATCH)
             if claimed:
-                states = await self._states([r.pending_id for r in claimed])
-                await asyncio.gather(*(self._send(r, states.get(r.pending_id)) for r in claimed))
+                await self._send_all(claimed)
                 return 0.0  # more may be due: look again at once
         if seen.awaiting_close:
             await self._queue_closes()
@@ -245,21 +245,24 @@ class Reach:
             delay = min(delay, self.settings.notify_poll_seconds)
         return max(delay, 0.01)
 
+    async def _send_all(self, claimed: Sequence[OutboxRow]) -> None:
+        """Send a claimed batch: one read for everything the messages need, the sends side by side,
+        one write for every outcome."""
+        batch = await self._batch(claimed)
+        outcomes = await asyncio.gather(*(self._send(r, batch) for r in claimed))
+        async with self.deps.db.write() as conn:
+            for row, outcome in zip(claimed, outcomes, strict=True):
+                if outcome.drop_subscription is not None:
+                    await repo.drop_push_subscription(conn, outcome.drop_subscription)
+                await repo.finish(
+                    conn, row.id, outcome.status, error=outcome.error, retry_at=outcome.retry_at
+                )
+        self.sent += sum(1 for o in outcomes if o.status == repo.SENT)
+
     async def _states(self, pending_ids: Sequence[str]) -> dict[str, Bundle]:
         async with self.deps.db.read() as conn:
             facts = await bundles.bundle_facts(conn, list(dict.fromkeys(pending_ids)))
-        out = {}
-        for pending_id, (rows, task_id, session_state, current_turn) in facts.items():
-            out[pending_id] = Bundle(
-                pending_id=pending_id,
-                task_id=task_id,
-                session_id=rows[0].session_id,
-                turn_id=bundle_turn(rows),
-                session_state=session_state,
-                current_turn_id=current_turn,
-                rows=tuple(rows),
-            )
-        return out
+        return _bundles(facts)
 
     async def _queue_closes(self) -> None:
         async with self.deps.db.read() as conn:
@@ -277,60 +280,53 @@ class Reach:
             if queued:
                 self._wake.set()
 
-    async def _finish(self, row: OutboxRow, status: str, error: str | None = None) -> None:
-        async with self.deps.db.write() as conn:
-            await repo.finish(conn, row.id, status, error=error)
+    async def _batch(self, rows: Sequence[OutboxRow]) -> Batch:
+        pending_ids = [r.pending_id for r in rows]
+        push_ids = [r.destination_id for r in rows if r.destination == repo.PUSH]
+        channel_ids = [r.destination_id for r in rows if r.destination == repo.CHANNEL]
+        async with self.deps.db.read() as conn:
+            facts = await bundles.bundle_facts(conn, list(dict.fromkeys(pending_ids)))
+            subscriptions = await repo.push_subscriptions(conn, push_ids)
+            found_channels = await repo.channels(conn, channel_ids)
+            titles = await tasks.task_titles(conn, sorted({r.task_id for r in rows}))
+        return Batch(_bundles(facts), subscriptions, found_channels, titles)
 
-    async def _retry(self, row: OutboxRow, error: str) -> None:
+    def _retry(self, row: OutboxRow, error: str) -> Outcome:
         retry_at = utcnow() + _backoff(row.attempts)
-        async with self.deps.db.write() as conn:
-            if retry_at > row.deadline_at:
-                await repo.finish(conn, row.id, repo.FAILED, error=f"gave up: {error}")
-            else:
-                await repo.finish(conn, row.id, repo.QUEUED, error=error, retry_at=retry_at)
+        if retry_at > row.deadline_at:
+            return Outcome(repo.FAILED, f"gave up: {error}")
+        return Outcome(repo.QUEUED, error, retry_at=retry_at)
 
-    async def _send(self, row: OutboxRow, bundle: Bundle | None) -> None:
+    async def _send(self, row: OutboxRow, batch: Batch) -> Outcome:
+        bundle = batch.bundles.get(row.pending_id)
         try:
             if row.kind == repo.PENDING and (bundle is None or bundle.state not in ACTIVE):
-                await self._finish(row, repo.SKIPPED)
-                return
+                return Outcome(repo.SKIPPED)
             if row.destination == repo.PUSH:
-                await self._push(row, bundle)
-            else:
-                await self._message(row, bundle)
+                return await self._push(row, bundle, batch)
+            return await self._message(row, bundle, batch)
         except OutboundRefused as exc:
-            await self._finish(row, repo.FAILED, str(exc))
+            return Outcome(repo.FAILED, str(exc))
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            await self._retry(row, f"{type(exc).__name__}: {exc}")
+            return self._retry(row, f"{type(exc).__name__}: {exc}")
         except (httpx.TimeoutException, TimeoutError) as exc:
             # It may have arrived: never sent twice.
-            await self._finish(row, repo.FAILED, f"no answer in time ({type(exc).__name__})")
+            return Outcome(repo.FAILED, f"no answer in time ({type(exc).__name__})")
         except Exception as exc:
-            if is_outage(exc):
-                raise
             log.warning(
                 "notification failed", extra={"event": "reach.send_failed", "row": row.id}, exc_info=True
             )
-            await self._finish(row, repo.FAILED, f"{type(exc).__name__}: {exc}"[:500])
+            return Outcome(repo.FAILED, f"{type(exc).__name__}: {exc}"[:500])
 
-    async def _task_title(self, task_id: str) -> str:
-        async with self.deps.db.read() as conn:
-            try:
-                return (await tasks.get_task(conn, task_id)).title
-            except NotFound:
-                return "A task"
-
-    async def _push(self, row: OutboxRow, bundle: Bundle | None) -> None:
-        async with self.deps.db.read() as conn:
-            found = (await repo.push_subscriptions(conn, [row.destination_id])).get(row.destination_id)
+    async def _push(self, row: OutboxRow, bundle: Bundle | None, batch: Batch) -> Outcome:
+        found = batch.subscriptions.get(row.destination_id)
         if found is None:
-            await self._finish(row, repo.GONE)
-            return
+            return Outcome(repo.GONE)
         await self._guard("endpoint", found.endpoint)
         if row.kind == repo.CLOSE or bundle is None:
             payload = text.close_payload(row.pending_id)
         else:
-            payload = text.push_payload(bundle, await self._task_title(row.task_id))
+            payload = text.push_payload(bundle, batch.titles.get(row.task_id, DEFAULT_TITLE))
         client = self.client or httpx.AsyncClient(timeout=self.settings.notify_send_seconds)
         result = await webpush.send(
             client,
@@ -343,39 +339,68 @@ class Reach:
             urgency="normal" if row.kind == repo.CLOSE else "high",
         )
         if result.delivered:
-            self.sent += 1
-            await self._finish(row, repo.SENT)
             log.info(
                 "push sent",
                 extra={"event": "reach.push_sent", "pending_id": row.pending_id, "kind": row.kind},
             )
-        elif result.gone:
-            async with self.deps.db.write() as conn:
-                await repo.drop_push_subscription(conn, found.id)
-                await repo.finish(conn, row.id, repo.GONE, error=result.detail)
+            return Outcome(repo.SENT)
+        if result.gone:
             log.info("push subscription gone", extra={"event": "reach.push_gone", "status": result.detail})
-        elif result.retryable:
-            await self._retry(row, result.detail)
-        else:
-            await self._finish(row, repo.FAILED, result.detail)
+            return Outcome(repo.GONE, result.detail, drop_subscription=found.id)
+        if result.retryable:
+            return self._retry(row, result.detail)
+        return Outcome(repo.FAILED, result.detail)
 
-    async def _message(self, row: OutboxRow, bundle: Bundle | None) -> None:
-        async with self.deps.db.read() as conn:
-            found = (await repo.channels(conn, [row.destination_id])).get(row.destination_id)
+    async def _message(self, row: OutboxRow, bundle: Bundle | None, batch: Batch) -> Outcome:
+        found = batch.channels.get(row.destination_id)
         if found is None or bundle is None:
-            await self._finish(row, repo.GONE)
-            return
+            return Outcome(repo.GONE)
         target = await asyncio.to_thread(channels.inspect, found.url)
         if target.host is not None:
             await check_target("url", target.host, target.port, self.settings.outbound_allowed_hosts)
         public = self.settings.public_url or f"http://{self.settings.host}:{self.settings.port}"
-        title, body = text.chat_message(bundle, await self._task_title(row.task_id), row.session_id, public)
+        title, body = text.chat_message(
+            bundle, batch.titles.get(row.task_id, DEFAULT_TITLE), row.session_id, public
+        )
         if await channels.deliver(found.url, title, body, self.settings.notify_send_seconds):
-            self.sent += 1
-            await self._finish(row, repo.SENT)
             log.info(
                 "channel message sent",
                 extra={"event": "reach.channel_sent", "pending_id": row.pending_id, "target": target.masked},
             )
-        else:
-            await self._retry(row, f"{target.scheme} did not accept the message")
+            return Outcome(repo.SENT)
+        return self._retry(row, f"{target.scheme} did not accept the message")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one claimed row's send ended (recorded with the rest of its batch)."""
+
+    status: str
+    error: str | None = None
+    retry_at: dt.datetime | None = None
+    drop_subscription: str | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a claimed batch's messages need, read at once."""
+
+    bundles: dict[str, Bundle]
+    subscriptions: dict[str, repo.PushSubscription]
+    channels: dict[str, repo.Channel]
+    titles: dict[str, str]
+
+
+def _bundles(facts: dict[str, tuple[list[Any], str, str, str | None]]) -> dict[str, Bundle]:
+    out = {}
+    for pending_id, (rows, task_id, session_state, current_turn) in facts.items():
+        out[pending_id] = Bundle(
+            pending_id=pending_id,
+            task_id=task_id,
+            session_id=rows[0].session_id,
+            turn_id=bundle_turn(rows),
+            session_state=session_state,
+            current_turn_id=current_turn,
+            rows=tuple(rows),
+        )
+    return out

@@ -51,7 +51,7 @@ class Received:
                     return list(self.items)
             time.sleep(0.02)
         with self.lock:
-            raise AssertionError(f"received {len(self.items)} of {count}: {self.items}")
+            raise AssertionError(f"received {len(self.items)} of {count}: {str(self.items[:3])[:600]} ...")
 
     def now(self) -> list[Any]:
         with self.lock:
@@ -60,6 +60,7 @@ class Received:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # the worker sends a batch side by side
 
 
 @contextmanager
@@ -67,6 +68,8 @@ def http_receiver(handle: Any) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 calling `handle(path, headers, body) -> status` per POST."""
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as push services and webhooks speak it
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             status = handle(self.path, dict(self.headers.items()), body)
