@@ -8,9 +8,8 @@ undeliverable decision the same way for both kinds.
 from __future__ import annotations
 
 import datetime as dt
-import enum
 from collections.abc import AsyncGenerator
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.scalars import JSON
@@ -25,75 +24,12 @@ from backend.api.clarifications import (
     count_respond,
 )
 from backend.api.context import Context
+from backend.api.types import PermissionBehavior, PermissionDecision, PermissionRequest
 from backend.domain import lifecycle as lc
-from backend.domain.errors import BrokenInvariant, NotFound, present
-from backend.domain.lifecycle import Bundle
-from backend.domain.lifecycle import BundleState as ClarificationBundleState
-from backend.domain.permissions import Decision, decision_from_response, request_of
+from backend.domain.errors import BrokenInvariant, NotFound
+from backend.domain.permissions import Decision
 from backend.repository.permission_rules import RuleRecord
 from backend.services.bundles import Authorize
-
-
-@strawberry.enum
-class PermissionBehavior(enum.Enum):
-    ALLOW = "allow"
-    DENY = "deny"
-
-
-@strawberry.type
-class PermissionDecision:
-    behavior: PermissionBehavior
-    updated_input: JSON | None = strawberry.field(
-        description="ALLOW: the input the tool must run with (the person may have edited it)."
-    )
-    message: str | None = strawberry.field(description="DENY: why, shown to the agent.")
-    remember: bool = strawberry.field(description="ALLOW: also created a rule for this session.")
-    auto: bool = strawberry.field(description="Decided by a remembered rule, without asking anyone.")
-
-    @classmethod
-    def of(cls, d: Decision) -> PermissionDecision:
-        return cls(
-            behavior=PermissionBehavior(d.behavior),
-            updated_input=d.updated_input if d.allowed else None,
-            message=d.message,
-            remember=d.remember,
-            auto=d.auto,
-        )
-
-
-@strawberry.type(description="A tool call an agent asked to make, with its derived state.")
-class PermissionRequest:
-    pending_id: strawberry.ID
-    session_id: strawberry.ID
-    task_id: strawberry.ID
-    turn_id: strawberry.ID | None
-    state: ClarificationBundleState
-    tool_name: str
-    input: JSON
-    tool_use_id: str | None
-    context: str | None
-    agent_disconnected: bool
-    decision: PermissionDecision | None
-
-    @classmethod
-    def of(cls, b: Bundle) -> PermissionRequest:
-        row = b.rows[0]
-        request = present(request_of(row.metadata), f"tool request of {b.pending_id}")
-        decision = decision_from_response(row.metadata.get("response"))
-        tool_use_id = request.get("tool_use_id")
-        return cls(
-            pending_id=strawberry.ID(b.pending_id),
-            session_id=strawberry.ID(b.session_id),
-            task_id=strawberry.ID(b.task_id),
-            turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
-            state=ClarificationBundleState(b.state.value),
-            tool_name=str(request.get("tool_name") or ""),
-            input=cast(JSON, request.get("input")),
-            tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
-            context=b.context,
-            agent_disconnected=row.metadata.get("agent_disconnected") is True,
-            decision=None if decision is None else PermissionDecision.of(decision),
-        )
 
 
 @strawberry.type(

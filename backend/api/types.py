@@ -5,15 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, cast
 
 import strawberry
+from strawberry.scalars import JSON
 from strawberry.types import Info
 
 from backend.api.context import Context
 from backend.domain import clarification as cq
+from backend.domain.errors import present
 from backend.domain.lifecycle import Bundle, BundleRow, ConflictReason
 from backend.domain.lifecycle import BundleState as ClarificationBundleState
+from backend.domain.permissions import Decision, decision_from_response, request_of
 from backend.domain.records import (
     MessageRecord,
     Revision,
@@ -37,10 +40,6 @@ strawberry.enum(SessionState, name="SessionState")
 strawberry.enum(ClarificationStatus, name="ClarificationStatus")
 strawberry.enum(ClarificationBundleState, name="ClarificationBundleState")
 strawberry.enum(ConflictReason, name="ConflictReason")
-
-
-if TYPE_CHECKING:
-    from backend.api.permissions import PermissionRequest
 
 
 @strawberry.enum
@@ -193,6 +192,68 @@ class ClarificationBundle:
         )
 
 
+@strawberry.enum
+class PermissionBehavior(enum.Enum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+@strawberry.type
+class PermissionDecision:
+    behavior: PermissionBehavior
+    updated_input: JSON | None = strawberry.field(
+        description="ALLOW: the input the tool must run with (the person may have edited it)."
+    )
+    message: str | None = strawberry.field(description="DENY: why, shown to the agent.")
+    remember: bool = strawberry.field(description="ALLOW: also created a rule for this session.")
+    auto: bool = strawberry.field(description="Decided by a remembered rule, without asking anyone.")
+
+    @classmethod
+    def of(cls, d: Decision) -> PermissionDecision:
+        return cls(
+            behavior=PermissionBehavior(d.behavior),
+            updated_input=d.updated_input if d.allowed else None,
+            message=d.message,
+            remember=d.remember,
+            auto=d.auto,
+        )
+
+
+@strawberry.type(description="A tool call an agent asked to make, with its derived state.")
+class PermissionRequest:
+    pending_id: strawberry.ID
+    session_id: strawberry.ID
+    task_id: strawberry.ID
+    turn_id: strawberry.ID | None
+    state: ClarificationBundleState
+    tool_name: str
+    input: JSON
+    tool_use_id: str | None
+    context: str | None
+    agent_disconnected: bool
+    decision: PermissionDecision | None
+
+    @classmethod
+    def of(cls, b: Bundle) -> PermissionRequest:
+        row = b.rows[0]
+        request = present(request_of(row.metadata), f"tool request of {b.pending_id}")
+        decision = decision_from_response(row.metadata.get("response"))
+        tool_use_id = request.get("tool_use_id")
+        return cls(
+            pending_id=strawberry.ID(b.pending_id),
+            session_id=strawberry.ID(b.session_id),
+            task_id=strawberry.ID(b.task_id),
+            turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
+            state=ClarificationBundleState(b.state.value),
+            tool_name=str(request.get("tool_name") or ""),
+            input=cast(JSON, request.get("input")),
+            tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
+            context=b.context,
+            agent_disconnected=row.metadata.get("agent_disconnected") is True,
+            decision=None if decision is None else PermissionDecision.of(decision),
+        )
+
+
 @strawberry.type
 class Turn:
     id: strawberry.ID
@@ -290,15 +351,9 @@ class TaskSession:
         return None if bundle is None else ClarificationBundle.of(bundle)
 
     @strawberry.field(description="The current-turn active permission request, or null.")
-    async def active_permission(
-        self, info: Info[Context, None]
-    ) -> Annotated[PermissionRequest, strawberry.lazy("backend.api.permissions")] | None:
+    async def active_permission(self, info: Info[Context, None]) -> PermissionRequest | None:
         bundle = await info.context.active_permission_by_session.load(self.record.id)
-        if bundle is None:
-            return None
-        from backend.api.permissions import PermissionRequest
-
-        return PermissionRequest.of(bundle)
+        return None if bundle is None else PermissionRequest.of(bundle)
 
 
 @strawberry.type
