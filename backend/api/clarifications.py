@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import strawberry
@@ -226,6 +227,47 @@ def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
     )
 
 
+# --- the agent's wait, for every kind of pending action -----------------------------------------
+
+
+async def require_asker(info: Info[Context, None], session_id: str) -> None:
+    """Only the session's agent (or an admin) asks in it. Unknown and inaccessible sessions get the
+    same NotFound; readers of the task get Forbidden."""
+    principal = info.context.principal
+    if not (principal.role == "agent" and principal.session_id == session_id):
+        # The session's own agent is known from its token's row; anyone else needs the session's
+        # task to be told NotFound or Forbidden.
+        session = await info.context.services.reads.session(session_id)
+        require_session_agent(principal, session.id, session.task_id)
+
+
+@asynccontextmanager
+async def live_wait(
+    stream: AsyncGenerator[lc.WaitOutcome, None],
+) -> AsyncIterator[AsyncIterator[lc.WaitOutcome]]:
+    """An ask's outcomes, counted, with the live-waiter gauge held while the agent waits; the ask is
+    closed (a disconnect detaches) when the subscription ends, however it ends."""
+    waiting = False
+
+    async def counted() -> AsyncGenerator[lc.WaitOutcome, None]:
+        nonlocal waiting
+        async for outcome in stream:
+            count_outcome(outcome)
+            if not waiting and isinstance(outcome, lc.Asked):
+                waiting = True
+                metrics.LIVE_WAITERS.inc()
+            yield outcome
+
+    outcomes = counted()
+    try:
+        yield outcomes
+    finally:
+        await outcomes.aclose()
+        await stream.aclose()
+        if waiting:
+            metrics.LIVE_WAITERS.dec()
+
+
 # --- resolvers ----------------------------------------------------------------------------------
 
 
@@ -332,25 +374,11 @@ class ClarificationSubscriptions:
             ),
         ] = None,
     ) -> AsyncGenerator[ClarificationOutcome, None]:
-        principal = info.context.principal
-        # Unknown and inaccessible sessions get the same NotFound; readers of the task get Forbidden.
-        if not (principal.role == "agent" and principal.session_id == str(session_id)):
-            # The session's own agent is known from its token's row; anyone else needs the session's
-            # task to be told NotFound or Forbidden.
-            session = await info.context.services.reads.session(str(session_id))
-            require_session_agent(principal, session.id, session.task_id)
+        await require_asker(info, str(session_id))
         stream = info.context.services.clarifications.ask(
             str(session_id), [_question_dict(q) for q in questions], context, timeout_seconds
         )
-        waiting = False
-        try:
-            async for outcome in stream:
-                count_outcome(outcome)
-                if not waiting and isinstance(outcome, lc.Asked):
-                    waiting = True
-                    metrics.LIVE_WAITERS.inc()
+        async with live_wait(stream) as outcomes:
+            async for outcome in outcomes:
                 yield _outcome(outcome)
-        finally:
-            if waiting:
-                metrics.LIVE_WAITERS.dec()
             await stream.aclose()

@@ -15,13 +15,13 @@ import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from backend import metrics
-from backend.api.access import require_session_agent, require_task_answer, require_task_read
+from backend.api.access import require_task_answer, require_task_read
 from backend.api.clarifications import (
     ClarificationConflict,
     ClarificationDeliveryFailed,
-    count_outcome,
     count_respond,
+    live_wait,
+    require_asker,
 )
 from backend.api.context import Context
 from backend.api.types import PermissionBehavior, PermissionDecision, PermissionRequest
@@ -241,22 +241,10 @@ class PermissionSubscriptions:
             ),
         ] = None,
     ) -> AsyncGenerator[PermissionOutcome, None]:
-        principal = info.context.principal
-        if not (principal.role == "agent" and principal.session_id == str(session_id)):
-            session = await info.context.services.reads.session(str(session_id))
-            require_session_agent(principal, session.id, session.task_id)
+        await require_asker(info, str(session_id))
         stream = info.context.services.permissions.ask(
             str(session_id), tool_name, input, tool_use_id, context, timeout_seconds
         )
-        waiting = False
-        try:
-            async for outcome in stream:
-                count_outcome(outcome)
-                if not waiting and isinstance(outcome, lc.Asked):
-                    waiting = True
-                    metrics.LIVE_WAITERS.inc()
+        async with live_wait(stream) as outcomes:
+            async for outcome in outcomes:
                 yield _outcome(outcome)
-        finally:
-            await stream.aclose()
-            if waiting:
-                metrics.LIVE_WAITERS.dec()
