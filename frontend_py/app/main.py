@@ -10,7 +10,7 @@ import js  # type: ignore[import-not-found]
 from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
-from frontend_py.app import net, notify, queries, view
+from frontend_py.app import net, notify, push, queries, view
 from frontend_py.kit import (
     PERMISSION,
     ActivationController,
@@ -161,6 +161,8 @@ class App:
     async def boot(self) -> None:
         document.getElementById("app").hidden = False
         document.getElementById("boot").hidden = True
+        # The service worker answers from a notification's buttons with this token (push.py).
+        _spawn(push.store_token(self.http.token))
         self._listen()
         self._apply_layout()
         self.socket.start()
@@ -188,6 +190,12 @@ class App:
         document.documentElement.setAttribute("data-ready-at", str(window.performance.now()))
         document.documentElement.setAttribute("data-ready", "true")
         self.set_route(str(window.location.pathname))
+        location = window.location
+        if str(location.search or "") == "?activate":
+            # Opened by a notification's click with no page open: the task activates as its row does.
+            window.history.replaceState(None, "", str(location.pathname))
+            if self.route_task is not None:
+                _spawn(self.activate(self.route_task))
 
     def _listen(self) -> None:
         handlers = [
@@ -209,6 +217,10 @@ class App:
         return ActivationController(
             self.store, self.load_sessions, _SheetNavigator(self), closes_sheet=self.phone
         )
+
+    async def activate(self, task_id: str) -> None:
+        """What a task row's click does (and a notification's, from the page or the worker)."""
+        await self._activate(self.controller, task_id)
 
     async def _activate(self, controller: ActivationController, task_id: str) -> None:
         result = await controller.activate(task_id)
@@ -233,6 +245,9 @@ class App:
     def sign_out(self, message: str | None = None) -> None:
         self.signed_out = True
         window.localStorage.removeItem(TOKEN_KEY)
+        # The worker can no longer answer for this person, and this device stops hearing for them.
+        _spawn(push.store_token(None))
+        _spawn(push.unsubscribe(None))
         self.socket.close()
         document.getElementById("app").hidden = True
         show_signin(message)
@@ -486,7 +501,7 @@ class App:
         if action == "task":
             task_id = _attr(target, "data-task-id")
             if task_id:
-                _spawn(self._activate(self.controller, task_id))
+                _spawn(self.activate(task_id))
         elif action == "tab":
             task_id = _attr(target, "data-task-id")
             session_id = _attr(target, "data-session-id")

@@ -12,6 +12,9 @@ document and the browser's Notification API:
 * ``start`` also registers the service worker (``/sw.js``: the installable app and offline shell).
 * Where the page cannot construct a notification (Android's browsers), the service worker shows it;
   its click comes back as a message (or opens the owner session when no page is open).
+* Turning notifications on also subscribes this browser to Web Push (``push.py``); off unsubscribes.
+  The worker shows a push unless a page says it shows that session, visible and focused
+  (``push-check``); a push it shows, or closes, closes this page's own notification of that action.
 """
 
 import asyncio
@@ -21,6 +24,7 @@ import js  # type: ignore[import-not-found]
 from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
+from frontend_py.app import push
 from frontend_py.kit.attention import Lookup, Notifier, badge_label, page_title, waiting_count
 from frontend_py.kit.derivation import CLARIFICATION, PERMISSION
 
@@ -70,6 +74,11 @@ class Attention:
         self.supported = bool(js.Reflect.has(js.window, "Notification"))
         self.proxies: list[Any] = []  # event handlers: they must live as long as their target
         self.tasks: list[Any] = []
+        # This page's own notifications by pending id, closed when the worker's push replaces them.
+        self.shown: dict[str, Any] = {}
+        # Why this browser is not subscribed to Web Push (None: subscribed, or not tried yet).
+        self.push_problem: str | None = None
+        self.push_busy = False
 
     # --- start-up ------------------------------------------------------------------------------
 
@@ -88,8 +97,10 @@ class Attention:
             on_message = create_proxy(self._on_worker_message)
             self.proxies.append(on_message)
             js.navigator.serviceWorker.addEventListener("message", on_message)
+            js.navigator.serviceWorker.startMessages()
         if self.enabled():
             self._run(self.notifier.arm(self.app.store))
+            self._spawn(self._subscribe())
         self._show_control()
 
     # --- the opt-in ----------------------------------------------------------------------------
@@ -107,7 +118,9 @@ class Attention:
         if self.enabled():
             window.localStorage.removeItem(OPT_IN_KEY)
             self.notifier.disarm()
+            self.push_problem = None
             self._show_control()
+            self._spawn(self._unsubscribe())
             return
         window.localStorage.setItem(OPT_IN_KEY, "on")
         if self.permission() == "default":
@@ -118,7 +131,28 @@ class Attention:
                 window.console.warn("notification permission failed: " + str(error))
         if self.enabled():
             self._run(self.notifier.arm(self.app.store))
+            self._spawn(self._subscribe())
         self._show_control()
+
+    async def _subscribe(self) -> None:
+        """Web Push for this browser: notifications while no Turnwise page is open."""
+        self.push_busy = True
+        self._show_control()
+        problem = await push.subscribe(self.app.http)
+        self.push_busy = False
+        if not self.enabled():
+            # Turned off while subscribing: the subscription just made must not outlive the choice.
+            await push.unsubscribe(self.app.http)
+            problem = None
+        elif problem is not None:
+            window.console.warn("Web Push subscription failed: " + problem)
+        self.push_problem = problem
+        self._show_control()
+
+    async def _unsubscribe(self) -> None:
+        problem = await push.unsubscribe(self.app.http)
+        if problem is not None:
+            window.console.warn("Web Push unsubscription failed: " + problem)
 
     def _show_control(self, busy: str | None = None) -> None:
         button = document.getElementById("notify-toggle")
@@ -142,6 +176,14 @@ class Attention:
             else "Get a desktop notification when an agent asks a question or a permission"
         )
         button.innerHTML = BELL + "<span>" + label + "</span>"
+        note = document.getElementById("notify-note")
+        if on and self.push_problem is not None and not self.push_busy:
+            note.textContent = "Only while Turnwise is open: this browser could not subscribe to push."
+            note.title = self.push_problem
+            note.hidden = False
+        else:
+            note.textContent = ""
+            note.hidden = True
 
     # --- title and favicon ---------------------------------------------------------------------
 
@@ -210,6 +252,10 @@ class Attention:
         handler = create_proxy(clicked)
         self.proxies.append(handler)
         shown.onclick = handler
+        self.shown[note["pendingId"]] = shown
+        if len(self.shown) > 200:
+            for pending_id in list(self.shown)[:100]:
+                del self.shown[pending_id]
 
     def _raise_from_worker(self, note: dict[str, Any], options: dict[str, Any]) -> None:
         if not self._has_worker():
@@ -229,14 +275,32 @@ class Attention:
 
     def _on_worker_message(self, event: Any) -> None:
         data = event.data
-        if str(data) in ("undefined", "null") or str(data.type) != "notification-click":
+        if str(data) in ("undefined", "null") or not bool(js.Reflect.has(data, "type")):
             return
-        self.open(str(data.taskId))
+        kind = str(data.type)
+        if kind == "notification-click":
+            self.open(str(data.taskId))
+        elif kind == "push-check":
+            # The worker asks before showing a push: is the person looking at that session here?
+            reply = window.JSON.parse(json.dumps({"showing": self.showing(str(data.sessionId))}))
+            port = js.Reflect.get(event.ports, 0)
+            if str(port) not in ("undefined", "null"):
+                port.postMessage(reply)
+        elif kind in ("push-shown", "push-closed"):
+            note = self.shown.pop(str(data.pendingId), None)
+            if note is not None:
+                note.close()
+
+    def showing(self, session_id: str) -> bool:
+        """This page shows ``session_id`` where the person sees it (visible and focused)."""
+        if self.app.signed_out or self.app.route_session != session_id:
+            return False
+        return str(document.visibilityState) == "visible" and bool(document.hasFocus())
 
     def open(self, task_id: str) -> None:
         """A notification was clicked: bring the page forward and activate the task like its row."""
         window.focus()
-        self._spawn(self.app.controller.activate(task_id))
+        self._spawn(self.app.activate(task_id))
 
 
 def offline_html() -> str:
