@@ -6,6 +6,10 @@ LOCK := requirements.lock
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha1sum | cut -c1-12)
 UV := uv==0.13.8
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist): each has its own databases, servers and browser, and a test file
+# runs whole in one of them. 1 runs the suite in this process alone.
+PYTEST_WORKERS ?= 2
+XDIST = $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 # Run a second time by `make test` with the database fast path off (TURNWISE_DB_FAST_PATH=0: every
 # statement through plain SQLAlchemy), so both paths stay equivalent: every statement's own tests
 # (repository), every lifecycle path through the services (lifecycle) and every way the database
@@ -61,8 +65,8 @@ schema: install
 	$(BIN)/turnwise export-schema --output schema.graphql
 
 test: install assets browser pgbouncer lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
-	TURNWISE_DB_FAST_PATH=0 $(BIN)/python -m pytest -q -p no:cacheprovider $(DB_SUITES) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
+	TURNWISE_DB_FAST_PATH=0 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(DB_SUITES) $(PYTEST_ARGS)
 
 test-fast: install
 	$(BIN)/python -m pytest -q -x -m "not browser" $(PYTEST_ARGS)
