@@ -20,7 +20,7 @@ from backend.api.types import (
 from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant, NotFound
 from backend.domain.lifecycle import ConflictReason
-from backend.domain.states import ClarificationStatus
+from backend.domain.states import ClarificationStatus, PendingActionKind
 from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -268,6 +268,21 @@ async def live_wait(
             metrics.LIVE_WAITERS.dec()
 
 
+async def readable_bundle(
+    info: Info[Context, None], pending_id: str, kind: PendingActionKind
+) -> lc.Bundle | None:
+    """The pending action of this kind the caller may read; None when unknown, unreadable or of the
+    other kind (one pending id never answers for both)."""
+    principal = info.context.principal
+    try:
+        bundle = await info.context.services.clarifications.bundle(
+            pending_id, authorize=lambda task_id, _session_id: require_task_read(principal, task_id)
+        )
+    except NotFound:
+        return None
+    return bundle if bundle is not None and bundle.kind == kind else None
+
+
 # --- resolvers ----------------------------------------------------------------------------------
 
 
@@ -277,13 +292,7 @@ class ClarificationQueries:
     async def clarification(
         self, info: Info[Context, None], pending_id: strawberry.ID
     ) -> ClarificationBundle | None:
-        principal = info.context.principal
-        try:
-            bundle = await info.context.services.clarifications.bundle(
-                str(pending_id), authorize=lambda task_id, _session_id: require_task_read(principal, task_id)
-            )
-        except NotFound:
-            return None
+        bundle = await readable_bundle(info, str(pending_id), PendingActionKind.CLARIFICATION)
         return None if bundle is None else ClarificationBundle.of(bundle)
 
 

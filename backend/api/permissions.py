@@ -21,6 +21,7 @@ from backend.api.clarifications import (
     ClarificationDeliveryFailed,
     count_respond,
     live_wait,
+    readable_bundle,
     require_asker,
 )
 from backend.api.context import Context
@@ -28,6 +29,7 @@ from backend.api.types import PermissionBehavior, PermissionDecision, Permission
 from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant, NotFound
 from backend.domain.permissions import Decision
+from backend.domain.states import PendingActionKind
 from backend.repository.permission_rules import RuleRecord
 from backend.services.bundles import Authorize
 
@@ -154,13 +156,7 @@ class PermissionQueries:
     async def permission(
         self, info: Info[Context, None], pending_id: strawberry.ID
     ) -> PermissionRequest | None:
-        principal = info.context.principal
-        try:
-            bundle = await info.context.services.permissions.request(
-                str(pending_id), authorize=lambda task_id, _s: require_task_read(principal, task_id)
-            )
-        except NotFound:
-            return None
+        bundle = await readable_bundle(info, str(pending_id), PendingActionKind.PERMISSION)
         return None if bundle is None else PermissionRequest.of(bundle)
 
     @strawberry.field(description="The session's remembered rules, oldest first.")

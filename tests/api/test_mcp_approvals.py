@@ -107,6 +107,32 @@ async def test_claude_code_gets_allow_as_asked_edited_and_deny_with_its_reason(
         assert found["decision"]["behavior"] == "DENY"
 
 
+async def test_a_permission_is_no_clarification_and_a_question_no_permission(
+    server: Server, admin: Client
+) -> None:
+    task_id, _, token = await agent_session(admin, "one kind each")
+    async with mcp_session(server.base_url, token) as mcp:
+        call = asyncio.create_task(mcp.call_tool("approve_tool_use", CALL))
+        pending_id = (await active_permission(admin, task_id))["pendingId"]
+        as_question = await admin.execute(
+            "query($p: ID!) { clarification(pendingId: $p) { state } }", {"p": pending_id}
+        )
+        assert as_question == {"clarification": None}
+        assert (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]["decision"] is None
+        await respond(admin, pending_id, "DENY")
+        await asyncio.wait_for(call, 30)
+        asked = await mcp.call_tool(
+            "ask_user_question",
+            {
+                "questions": [{"question": "Which?", "options": [{"label": "A"}, {"label": "B"}]}],
+                "timeout_seconds": 0.2,
+            },
+        )
+        assert asked.structuredContent is not None
+        question_id = asked.structuredContent["pending_id"]
+        assert (await admin.execute(PERMISSION, {"p": question_id})) == {"permission": None}
+
+
 async def test_bad_decisions_are_refused_by_field_and_change_nothing(server: Server, admin: Client) -> None:
     task_id, _, token = await agent_session(admin, "bad decisions")
     async with mcp_session(server.base_url, token) as mcp:
