@@ -336,13 +336,6 @@ async def queue_closes(
     return int(result.rowcount or 0)
 
 
-async def rows_for(conn: AsyncConnection, pending_id: str) -> list[OutboxRow]:
-    result = await conn.execute(
-        select(O).where(O.c.pending_id == pending_id).order_by(O.c.created_at, O.c.id)
-    )
-    return [_outbox(r) for r in result]
-
-
 BOOTSTRAP_USER = "bootstrap"
 
 
