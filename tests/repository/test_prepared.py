@@ -382,7 +382,12 @@ async def test_begin_with_sends_the_lock_with_begin_and_the_transaction_behaves_
         async with db.read() as conn:
             state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
             assert state == "RUNNING"  # rolled back, lock released
-            free = await conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+            free = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
+            )
             assert free.scalar_one() == 0
     finally:
         await db.dispose()
@@ -468,7 +473,12 @@ async def test_run_alone_is_one_transaction_of_its_own(pg_url: str) -> None:
         async with db.read() as conn:
             state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
             assert state == "RUNNING"
-            locked = await conn.execute(text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"))
+            locked = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+                )
+            )
             assert locked.scalar_one() == 0  # released with the message's commit
         # A failing statement rolls the whole message back.
         with pytest.raises(DBAPIError, match="division by zero"):
