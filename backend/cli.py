@@ -23,7 +23,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _log_level(args: argparse.Namespace) -> str:
-    level = getattr(args, "log_level", None) or os.environ.get("TURNWISE_LOG_LEVEL") or "info"
+    # The demo is for a person at a terminal: its URL block stays the last thing printed, and what
+    # the demo agent and the person do shows in the web app (`--log-level info` prints it too).
+    default = "warning" if getattr(args, "command", None) == "demo" else "info"
+    level = getattr(args, "log_level", None) or os.environ.get("TURNWISE_LOG_LEVEL") or default
     if level.lower() not in LOG_LEVELS:
         print(
             f"turnwise: error: log level must be one of {', '.join(LOG_LEVELS)} (got {level!r})",
@@ -188,7 +191,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"  MCP:       {base}/mcp  (same header; see the README, How an agent connects)\n"
         f"  token:     {settings.bootstrap_token}\n"
         f"  database:  {settings.database_url}\n"
-        "  (Ctrl-C stops it; --log-level debug shows start-up steps)\n"
+        "  (Ctrl-C stops it; --log-level info prints each ask and answer, debug adds start-up steps)\n"
     )
     return _serve(settings, demo=True, announce=block)
 
@@ -233,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--log-level",
             choices=LOG_LEVELS,
-            help="TURNWISE_LOG_LEVEL (default info); debug adds start-up steps and libraries' request lines",
+            help="TURNWISE_LOG_LEVEL (default info; warning for demo); debug adds start-up steps and libraries' "
+            "request lines",
         )
         if name == "serve":
             p.add_argument(

@@ -115,10 +115,14 @@ async def test_axe_finds_nothing_serious_on_sign_in_the_session_view_and_the_car
     await page.goto(server.base_url + "/")
     await expect(page.get_by_test_id("signin-token")).to_be_visible()
     assert await _serious_violations(page) == [], "sign-in page"
+    await expect(page.get_by_role("main")).to_have_count(1)  # axe rates a missing landmark moderate
 
     await page.goto(server.base_url + f"/t/{quiet_id}/s/{quiet_session}#token=" + ADMIN_TOKEN)
     await expect(page.locator("#transcript .msg").first).to_be_visible()
     assert await _serious_violations(page) == [], "session view"
+    await expect(page.get_by_role("main")).to_have_count(1)
+    # The transcript scrolls, so it takes focus: keyboards scroll it in every browser.
+    await expect(page.locator("#transcript")).to_have_attribute("tabindex", "0")
 
     await page.goto(server.base_url + f"/t/{task_id}/s/{session_id}")
     await expect(_card(page)).to_be_visible()
