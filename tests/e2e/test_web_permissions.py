@@ -338,16 +338,45 @@ async def test_a_decision_taken_elsewhere_closes_the_card_live_and_says_what_was
     no_outside_requests(network)
 
 
+@pytest.mark.scenario("S01")
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_a_late_allow_from_the_card_resumes_the_detached_agent_once(
+    page: Any, web_server: Server, api: Api, phone: bool
+) -> None:
+    task_id, (session_id,) = await api.task("Late allow")
+    agent = await ToolAgent.ask(api, session_id, wait_seconds=0.3)
+    assert (await agent.outcome())["__typename"] == "PermissionDetached"
+    async with runner(api, session_id) as prompts:
+        network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}", phone=phone)
+        await expect(perm_card(page)).to_be_visible()
+        await expect(page.get_by_test_id("permission-detached")).to_be_visible()
+        await page.get_by_test_id("permission-allow").click()
+        await expect(perm_card(page)).to_have_count(0)
+        await expect(question_icon(page, task_id)).to_have_count(0)
+        for _ in range(100):
+            if prompts:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1)  # nothing follows the one resume prompt
+        assert len(prompts) == 1, prompts
+        assert "The user allowed it. Please run it now" in prompts[0]["prompt"]
+        assert "alembic upgrade head" in prompts[0]["prompt"]
+    state = await _request_state(api, agent.pending_id)
+    assert state["decision"]["behavior"] == "ALLOW"
+    no_outside_requests(network)
+
+
 @pytest.mark.scenario("S15")
+@pytest.mark.parametrize("phone", FLAVOURS)
 async def test_a_stale_card_for_a_superseded_request_gets_its_conflict_and_prompts_nobody(
-    page: Any, web_server: Server, api: Api
+    page: Any, web_server: Server, api: Api, phone: bool
 ) -> None:
     task_id, (session_id,) = await api.task("Superseded request")
     agent = await ToolAgent.ask(api, session_id, wait_seconds=0.3)
     assert (await agent.outcome())["__typename"] == "PermissionDetached"
     async with runner(api, session_id) as prompts:
         relay = await Relay().install(page)
-        network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
+        network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}", phone=phone)
         await expect(perm_card(page)).to_be_visible()
         await expect(page.get_by_test_id("permission-detached")).to_be_visible()
         relay.cut.set()  # the page stops hearing the server: its card goes stale
