@@ -236,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument(
             "--log-level",
             choices=LOG_LEVELS,
-            help="TURNWISE_LOG_LEVEL (default info; warning for demo); debug adds start-up steps and libraries' "
-            "request lines",
+            help="TURNWISE_LOG_LEVEL (default info; warning for demo); debug adds start-up steps and "
+            "libraries' request lines",
         )
         if name == "serve":
             p.add_argument(
