@@ -115,11 +115,16 @@ class Settings:
     ws_compression: bool = False
     # Reach (backend/services/reach.py): a person is told of a pending action still open after
     # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
-    # with backoff for notify_retry_seconds. public_url makes the links in messages.
+    # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. The
+    # worker looks at the outbox every notify_poll_seconds (rows another process wrote, retries,
+    # closes); one send may take notify_send_seconds. Finished outbox rows are deleted after
+    # notify_keep_days. public_url makes the links in messages.
     notify_after_seconds: float = 30.0
     notify_retry_seconds: float = 600.0
+    notify_backoff_seconds: float = 1.0
     notify_poll_seconds: float = 0.5
     notify_send_seconds: float = 10.0
+    notify_keep_days: float = 7.0
     public_url: str | None = None
     vapid_private_key: str | None = None
     vapid_subject: str = "mailto:turnwise@localhost"
@@ -141,8 +146,10 @@ class Settings:
             allowed_hosts=_list("TURNWISE_ALLOWED_HOSTS", base.allowed_hosts),
             notify_after_seconds=_float("TURNWISE_NOTIFY_AFTER_SECONDS", base.notify_after_seconds),
             notify_retry_seconds=_float("TURNWISE_NOTIFY_RETRY_SECONDS", base.notify_retry_seconds),
+            notify_backoff_seconds=_float("TURNWISE_NOTIFY_BACKOFF_SECONDS", base.notify_backoff_seconds),
             notify_poll_seconds=_float("TURNWISE_NOTIFY_POLL_SECONDS", base.notify_poll_seconds),
             notify_send_seconds=_float("TURNWISE_NOTIFY_SEND_SECONDS", base.notify_send_seconds),
+            notify_keep_days=_float("TURNWISE_NOTIFY_KEEP_DAYS", base.notify_keep_days),
             public_url=os.environ.get("TURNWISE_PUBLIC_URL") or None,
             vapid_private_key=os.environ.get("TURNWISE_VAPID_PRIVATE_KEY") or None,
             vapid_subject=os.environ.get("TURNWISE_VAPID_SUBJECT") or base.vapid_subject,

@@ -1,10 +1,16 @@
 """No open relay: outbound targets that resolve to this machine or a private network are refused.
 
 A push endpoint or a channel URL comes from a user; the server fetches it. Unless its host is listed
-in `TURNWISE_OUTBOUND_ALLOWED_HOSTS` (host or host:port, exact), every address its name resolves to
-must be a public one: not loopback, private, link-local, shared (CGNAT), multicast, reserved or
-unspecified. Checked when the target is registered and again before each send (a name may resolve
-differently later).
+in `TURNWISE_OUTBOUND_ALLOWED_HOSTS` (a bare host, which allows every port, or `host:port`, which
+allows that port; `[::1]:8080` for an IPv6 address; exact names, no wildcards but a lone `*`), every
+address its name resolves to must be a public one: not loopback, private, link-local, shared
+(CGNAT), multicast, reserved or unspecified. Checked when the target is registered and again
+immediately before each send (a name may resolve differently later).
+
+What this cannot close: the HTTP client (or Apprise's) resolves the name again when it connects, a
+few milliseconds after the check, so a name whose DNS answers change from one query to the next
+(DNS rebinding with a zero TTL) could still slip through in that window. Redirects are never
+followed, so a target cannot send the request on elsewhere.
 """
 
 from __future__ import annotations
@@ -21,11 +27,25 @@ class OutboundRefused(InvalidInput):
     """The target would reach this machine or a private network."""
 
 
-def _listed(host: str, port: int | None, allowed: Iterable[str]) -> bool:
-    names = {host.lower().strip("[]")}
+def _names(host: str, port: int | None) -> set[str]:
+    """How an allow-list entry may name this target: the bare host, and with the port."""
+    bare = host.lower().strip().strip("[]").rstrip(".")
+    names = {bare}
+    if ":" in bare:  # an IPv6 address: also bracketed
+        names.add(f"[{bare}]")
     if port is not None:
-        names.add(f"{host.lower()}:{port}")
-    return any(a.lower().strip() in names or a.strip() == "*" for a in allowed)
+        names.update(f"{n}:{port}" for n in list(names) if n.startswith("[") or ":" not in n)
+    return names
+
+
+def listed(host: str, port: int | None, allowed: Iterable[str]) -> bool:
+    """Whether `TURNWISE_OUTBOUND_ALLOWED_HOSTS` (`allowed`) lets this host (and port) through."""
+    names = _names(host, port)
+    for entry in allowed:
+        entry = entry.strip().lower()
+        if entry == "*" or entry in names:
+            return True
+    return False
 
 
 def _public(address: str) -> bool:
@@ -47,7 +67,7 @@ async def check_target(field: str, host: str | None, port: int | None, allowed: 
     """Raise OutboundRefused (an InvalidInput naming `field`) unless the target may be reached."""
     if not host:
         raise OutboundRefused(field, "names no host")
-    if _listed(host, port, allowed):
+    if listed(host, port, allowed):
         return
     bare = host.strip("[]")
     try:

@@ -3,7 +3,9 @@
 The server's VAPID key pair is made on first start and kept in the database (or given with
 `TURNWISE_VAPID_PRIVATE_KEY`, a PEM or the raw private key in URL-safe base64). Sending is one HTTPS
 POST per subscription; the endpoint's answer tells what happened: 201/202 delivered, 404/410 the
-subscription is gone (remove it), 429/5xx or a connection failure retry later.
+subscription is gone (remove it), 429/5xx or a connection failure retry later. A redirect is never
+followed (the client is made with `follow_redirects=False`): a 3xx is a failed send, so a push
+endpoint cannot send the request on to this machine.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, exists, func, literal, or_, select, true, union_all, update
+from sqlalchemy import and_, bindparam, delete, exists, func, literal, or_, select, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -281,57 +281,91 @@ async def abandon_stale_sends(conn: AsyncConnection, now: dt.datetime) -> int:
     return int(result.rowcount or 0)
 
 
-async def sent_push_actions(conn: AsyncConnection, limit: int) -> list[str]:
-    """Pending ids with a delivered push whose close is not queued yet (oldest first)."""
-    result = await conn.execute(
+async def sent_push_actions(conn: AsyncConnection, after: str | None, limit: int) -> list[str]:
+    """Pending ids with a delivered push whose close is not queued yet, in pending id order, from
+    just after `after` (None: from the first): one page of the worker's walk over all of them."""
+    query = (
         select(O.c.pending_id)
         .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
         .group_by(O.c.pending_id)
         .order_by(O.c.pending_id)
         .limit(limit)
     )
-    return [r.pending_id for r in result]
+    if after is not None:
+        query = query.where(O.c.pending_id > after)
+    return [r.pending_id for r in await conn.execute(query)]
 
 
 async def queue_closes(
     conn: AsyncConnection, pending_ids: Sequence[str], now: dt.datetime, deadline: dt.datetime
 ) -> int:
-    """A `close` push to every device that was shown these actions; each at most once."""
+    """A `close` push to every device that was shown these actions; each at most once.
+
+    Only rows already `sent` are marked and get their close: a push of the same action still
+    queued, retrying or being sent keeps its mark clear, so once it is delivered it gets a close of
+    its own (a later pass), and one that never goes out needs none. The mark is set first and the
+    closes are written for exactly the rows it marked: with two workers, PostgreSQL lets one of them
+    mark a row (the other's UPDATE finds it marked once the first commits), so each close is queued
+    by one; a row that turned `sent` in between is left for the next pass, never marked without its
+    close."""
     if not pending_ids:
         return 0
-    sent = (
-        select(O)
-        .where(
-            O.c.pending_id.in_(list(pending_ids)),
-            O.c.kind == PENDING,
-            O.c.destination == PUSH,
-            O.c.status == SENT,
-            O.c.close_queued.is_(False),
+    marked = list(
+        await conn.execute(
+            update(O)
+            .where(
+                O.c.pending_id.in_(list(pending_ids)),
+                O.c.kind == PENDING,
+                O.c.destination == PUSH,
+                O.c.status == SENT,
+                O.c.close_queued.is_(False),
+            )
+            .values(close_queued=True)
+            .returning(O.c.pending_id, O.c.task_id, O.c.session_id, O.c.destination_id)
         )
-        .subquery()
     )
-    closes = select(
-        (sent.c.pending_id + literal(f":{CLOSE[0]}{PUSH[0]}:") + sent.c.destination_id).label("id"),
-        sent.c.pending_id,
-        literal(CLOSE).label("kind"),
-        sent.c.task_id,
-        sent.c.session_id,
-        sent.c.destination,
-        sent.c.destination_id,
-        literal(QUEUED).label("status"),
-        literal(now, O.c.due_at.type).label("due_at"),
-        literal(deadline, O.c.deadline_at.type).label("deadline_at"),
-        literal(0).label("attempts"),
-        literal(now, O.c.created_at.type).label("created_at"),
-    ).where(true())  # SQLite reads INSERT ... SELECT ... ON CONFLICT only with a WHERE before it
-    insert = (postgresql.insert(O) if conn.dialect.name == "postgresql" else sqlite.insert(O)).from_select(
-        _COLUMNS, closes
-    )
-    result = await conn.execute(insert.on_conflict_do_nothing())
-    await conn.execute(
-        update(O)
-        .where(O.c.pending_id.in_(list(pending_ids)), O.c.kind == PENDING, O.c.destination == PUSH)
-        .values(close_queued=True)
+    if not marked:
+        return 0
+    closes = [
+        {
+            "id": f"{r.pending_id}:{CLOSE[0]}{PUSH[0]}:{r.destination_id}",
+            "pending_id": r.pending_id,
+            "kind": CLOSE,
+            "task_id": r.task_id,
+            "session_id": r.session_id,
+            "destination": PUSH,
+            "destination_id": r.destination_id,
+            "status": QUEUED,
+            "due_at": now,
+            "deadline_at": deadline,
+            "attempts": 0,
+            "created_at": now,
+        }
+        for r in marked
+    ]
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    await conn.execute(dialect.insert(O).values(closes).on_conflict_do_nothing())
+    return len(closes)
+
+
+# Rows whose story is over: delivered, skipped, gone or failed. A delivered push whose close is not
+# queued yet is not over (its close is written from it).
+FINISHED = (SENT, SKIPPED, GONE, FAILED)
+
+
+async def prune(conn: AsyncConnection, before: dt.datetime) -> int:
+    """Delete finished rows created before `before`; the number deleted."""
+    result = await conn.execute(
+        delete(O).where(
+            O.c.status.in_(FINISHED),
+            O.c.created_at < before,
+            or_(
+                O.c.kind != PENDING,
+                O.c.destination != PUSH,
+                O.c.status != SENT,
+                O.c.close_queued.is_(True),
+            ),
+        )
     )
     return int(result.rowcount or 0)
 

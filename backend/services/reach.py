@@ -3,19 +3,25 @@
 Whom to tell is decided from the committed ask: `asked` writes one outbox row per destination of
 every user who can see the task, in the ask's own unit of work (one statement), so an ask never
 waits for a notification and a notification never exists for an ask that rolled back. The worker
-(one loop per process) then, every `notify_poll_seconds`:
+(one loop per process) then, every `notify_poll_seconds` (its own process's asks also wake it at
+their due time; rows another process wrote are found by that poll, so a push goes out within
+`notify_after_seconds` plus about the poll on any process):
 
 1. records rows a dead process left `sending` as failed (they may have gone out: never twice);
 2. claims due rows (`notify_after_seconds` after the ask; PostgreSQL: SKIP LOCKED, so with
    `--workers N` exactly one process takes each row), marking them `sending`;
-3. sends each whose action is still pending (else `skipped`): a push through the subscription's
-   push service, a message through Apprise; 404/410 removes the subscription; a refused connection,
-   429 or 5xx is retried with backoff until the row's deadline (`notify_retry_seconds`); a send
-   whose outcome is unknown (a read timeout) is not retried;
-4. queues a `close` push for every device shown an action that stopped being pending, for any
-   reason (answered anywhere, skipped, superseded, expired, cancelled).
+3. sends each whose action is still pending (else `skipped`; while an answer's delivery is claimed
+   it waits, since a claim may be restored): a push through the subscription's push service, a
+   message through Apprise; 404/410 removes the subscription; a refused connection, 429 or 5xx is
+   retried with backoff (`notify_backoff_seconds`, doubling to a minute) until the row's deadline
+   (`notify_retry_seconds`); a send whose outcome is unknown (a timeout once sending) is not retried;
+4. queues a `close` push for every device shown an action that stopped being pending for good
+   (answered anywhere, skipped, superseded, expired, cancelled; a claimed delivery is not yet:
+   it may be restored), walking every such action a page at a time;
+5. about once an hour, deletes finished rows older than `notify_keep_days`.
 
-A dead push service or webhook costs the worker a bounded wait (`notify_send_seconds`), never an ask.
+A dead push service or webhook costs the worker a bounded wait (`notify_send_seconds` per send),
+never an ask.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -38,7 +44,7 @@ from backend.domain import reach as text
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState, bundle_turn
 from backend.outbound import channels, webpush
-from backend.outbound.guard import OutboundRefused, check_target
+from backend.outbound.guard import check_target, listed
 from backend.repository import clarifications as bundles
 from backend.repository import meta, tasks
 from backend.repository import reach as repo
@@ -48,13 +54,18 @@ from backend.services.context import Deps
 log = logging.getLogger("turnwise.reach")
 VAPID_KEY = "vapid_private_key"
 BATCH = 50
-CLOSE_SCAN = 200
-LEASE = dt.timedelta(minutes=2)
+CLOSE_SCAN = 200  # pending ids per page of the walk that finds settled actions to close
 ACTIVE = (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED)
+# States an action never leaves: only these close its notifications (or skip its pushes). A claimed
+# delivery is not one of them: the claim may be restored, and the action is pending again.
+SETTLED = (BundleState.TERMINAL, BundleState.SUPERSEDED_HISTORY)
 MAX_LABEL = 200
-# An idle worker looks at the outbox this often (a row another process wrote and could not send);
-# its own process's asks wake it for their due time.
-IDLE_SECONDS = 5.0
+# One send may take notify_send_seconds (each phase of an HTTP request, Apprise's whole send) and
+# this much more in all (at most notify_send_seconds more); a claimed row's lease covers two such
+# sends, so a live process's batch is not taken for a dead one's.
+SEND_SLACK = 1.0
+MAX_BACKOFF = 60.0
+PRUNE_EVERY = dt.timedelta(hours=1)
 DEFAULT_TITLE = "A task"
 
 
@@ -66,8 +77,13 @@ class ChannelView:
     created_at: dt.datetime
 
 
-def _backoff(attempts: int) -> dt.timedelta:
-    return dt.timedelta(seconds=min(2.0 ** max(attempts - 1, 0), 60.0))
+def _backoff(attempts: int, first: float) -> dt.timedelta:
+    return dt.timedelta(seconds=min(first * 2.0 ** max(attempts - 1, 0), MAX_BACKOFF))
+
+
+def _port(parts: SplitResult) -> int:
+    """The port an http(s) URL connects to."""
+    return parts.port or (443 if parts.scheme == "https" else 80)
 
 
 @dataclass
@@ -78,7 +94,10 @@ class Reach:
     _task: asyncio.Task[None] | None = None
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     sent: int = 0  # messages this process delivered (tests and the bench read it)
+    close_scan: int = CLOSE_SCAN
     _soonest: dt.datetime | None = None  # the earliest due time of this process's own asks
+    _close_after: str | None = None  # where the walk over shown actions goes on (None: the start)
+    _prune_at: dt.datetime | None = None  # when finished rows are next deleted (None: now)
 
     @property
     def settings(self) -> Any:
@@ -88,7 +107,7 @@ class Reach:
 
     async def start(self, *, worker: bool = True) -> None:
         await self.load_keys()
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(self.settings.notify_send_seconds))
+        self.client = self._new_client()
         if worker:
             self._task = asyncio.create_task(self._run(), name="turnwise-reach")
 
@@ -100,6 +119,23 @@ class Reach:
         if self.client is not None:
             await self.client.aclose()
             self.client = None
+
+    def _new_client(self) -> httpx.AsyncClient:
+        # A push service never redirects; following one could lead a request to this machine.
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.settings.notify_send_seconds), follow_redirects=False
+        )
+
+    @property
+    def lease(self) -> dt.timedelta:
+        """How long a claimed row is this process's: past it, the row counts as left by a dead one."""
+        return dt.timedelta(seconds=2 * self._send_bound)
+
+    @property
+    def _send_bound(self) -> float:
+        """The longest one send may take in all."""
+        seconds = float(self.settings.notify_send_seconds)
+        return seconds + min(SEND_SLACK, seconds)
 
     async def load_keys(self) -> webpush.VapidKeys:
         """The VAPID key pair: TURNWISE_VAPID_PRIVATE_KEY, or the one kept in the database (made on
@@ -138,13 +174,17 @@ class Reach:
 
     async def _guard(self, field_name: str, url: str) -> None:
         parts = urlsplit(url)
-        await check_target(field_name, parts.hostname, parts.port, self.settings.outbound_allowed_hosts)
+        await check_target(field_name, parts.hostname, _port(parts), self.settings.outbound_allowed_hosts)
 
     async def register_push(self, user_id: str, endpoint: str, p256dh: str, auth: str) -> None:
         parts = urlsplit(endpoint)
+        try:
+            port = _port(parts)
+        except ValueError:
+            raise InvalidInput("endpoint", "has an invalid port") from None
         if parts.scheme not in ("https", "http") or not parts.hostname:
             raise InvalidInput("endpoint", "must be the push service URL of the subscription")
-        if parts.scheme == "http" and parts.hostname not in self.settings.outbound_allowed_hosts:
+        if parts.scheme == "http" and not listed(parts.hostname, port, self.settings.outbound_allowed_hosts):
             raise InvalidInput("endpoint", "must be an https URL")
         for name, value, size in (("p256dh", p256dh, 65), ("auth", auth, 16)):
             try:
@@ -164,10 +204,15 @@ class Reach:
         async with self.deps.db.write() as conn:
             return await repo.delete_push_subscription(conn, user_id, endpoint)
 
-    async def add_channel(self, user_id: str, url: str, label: str | None) -> ChannelView:
+    async def _channel_target(self, url: str) -> channels.ChannelTarget:
+        """What a channel URL sends through, its host checked (no open relay); InvalidInput if not."""
         target = await asyncio.to_thread(channels.inspect, url)
         if target.host is not None:
             await check_target("url", target.host, target.port, self.settings.outbound_allowed_hosts)
+        return target
+
+    async def add_channel(self, user_id: str, url: str, label: str | None) -> ChannelView:
+        target = await self._channel_target(url)
         name = (label or "").strip() or target.scheme
         if len(name) > MAX_LABEL:
             raise InvalidInput("label", f"must be at most {MAX_LABEL} characters")
@@ -206,7 +251,7 @@ class Reach:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                delay = self.settings.notify_poll_seconds
+                delay = float(self.settings.notify_poll_seconds)
                 if is_outage(exc):
                     log.warning("notification worker: database unavailable; retrying")
                 else:
@@ -217,8 +262,11 @@ class Reach:
 
     async def run_once(self) -> float:
         """One pass of the worker; the seconds until it should look again. An idle worker costs one
-        read every IDLE_SECONDS, or until this process asks something (`asked` wakes it)."""
+        read every `notify_poll_seconds`, sooner when this process asks something (`asked` wakes it
+        for the due time)."""
         now = utcnow()
+        if self._prune_at is None or now >= self._prune_at:
+            await self.prune(now)
         async with self.deps.db.read() as conn:
             seen = await repo.outlook(conn, now)
         if seen.stale_sends:
@@ -226,13 +274,13 @@ class Reach:
                 await repo.abandon_stale_sends(conn, now)
         if seen.next_due is not None and seen.next_due <= now:
             async with self.deps.db.write() as conn:
-                claimed = await repo.claim_due(conn, self.deps.instance_id, now, LEASE, BATCH)
+                claimed = await repo.claim_due(conn, self.deps.instance_id, now, self.lease, BATCH)
             if claimed:
                 await self._send_all(claimed)
                 return 0.0  # more may be due: look again at once
-        if seen.awaiting_close:
-            await self._queue_closes()
-        delay = IDLE_SECONDS
+        if seen.awaiting_close and await self._queue_closes():
+            return 0.0  # the walk over shown actions goes on with its next page
+        delay = float(self.settings.notify_poll_seconds)
         soonest = self._soonest
         if soonest is not None:
             if soonest <= now:
@@ -241,9 +289,16 @@ class Reach:
                 delay = min(delay, (soonest - now).total_seconds())
         if seen.next_due is not None:
             delay = min(delay, max((seen.next_due - utcnow()).total_seconds(), 0.0))
-        if seen.awaiting_close:
-            delay = min(delay, self.settings.notify_poll_seconds)
         return max(delay, 0.01)
+
+    async def prune(self, now: dt.datetime) -> int:
+        """Delete finished outbox rows older than `notify_keep_days`; done about once an hour."""
+        self._prune_at = now + PRUNE_EVERY
+        async with self.deps.db.write() as conn:
+            pruned = await repo.prune(conn, now - dt.timedelta(days=self.settings.notify_keep_days))
+        if pruned:
+            log.info("notification outbox pruned", extra={"event": "reach.pruned", "rows": pruned})
+        return pruned
 
     async def _send_all(self, claimed: Sequence[OutboxRow]) -> None:
         """Send a claimed batch: one read for everything the messages need, the sends side by side,
@@ -264,13 +319,16 @@ class Reach:
             facts = await bundles.bundle_facts(conn, list(dict.fromkeys(pending_ids)))
         return _bundles(facts)
 
-    async def _queue_closes(self) -> None:
+    async def _queue_closes(self) -> bool:
+        """One page of the walk over actions shown on some device and not closed yet: a `close` for
+        those settled for good. Whether the walk goes on (a full page: there may be more)."""
         async with self.deps.db.read() as conn:
-            shown = await repo.sent_push_actions(conn, CLOSE_SCAN)
+            shown = await repo.sent_push_actions(conn, self._close_after, self.close_scan)
+        self._close_after = shown[-1] if len(shown) >= self.close_scan else None
         if not shown:
-            return
+            return False
         states = await self._states(shown)
-        settled = [p for p in shown if p not in states or states[p].state not in ACTIVE]
+        settled = [p for p in shown if p not in states or states[p].state in SETTLED]
         if settled:
             now = utcnow()
             async with self.deps.db.write() as conn:
@@ -279,6 +337,7 @@ class Reach:
                 )
             if queued:
                 self._wake.set()
+        return self._close_after is not None
 
     async def _batch(self, rows: Sequence[OutboxRow]) -> Batch:
         pending_ids = [r.pending_id for r in rows]
@@ -291,21 +350,16 @@ class Reach:
             titles = await tasks.task_titles(conn, sorted({r.task_id for r in rows}))
         return Batch(_bundles(facts), subscriptions, found_channels, titles)
 
-    def _retry(self, row: OutboxRow, error: str) -> Outcome:
-        retry_at = utcnow() + _backoff(row.attempts)
+    def _retry(self, row: OutboxRow, error: str, *, give_up: str = repo.FAILED) -> Outcome:
+        retry_at = utcnow() + _backoff(row.attempts, self.settings.notify_backoff_seconds)
         if retry_at > row.deadline_at:
-            return Outcome(repo.FAILED, f"gave up: {error}")
+            return Outcome(give_up, f"gave up: {error}")
         return Outcome(repo.QUEUED, error, retry_at=retry_at)
 
     async def _send(self, row: OutboxRow, batch: Batch) -> Outcome:
-        bundle = batch.bundles.get(row.pending_id)
         try:
-            if row.kind == repo.PENDING and (bundle is None or bundle.state not in ACTIVE):
-                return Outcome(repo.SKIPPED)
-            if row.destination == repo.PUSH:
-                return await self._push(row, bundle, batch)
-            return await self._message(row, bundle, batch)
-        except OutboundRefused as exc:
+            return await asyncio.wait_for(self._attempt(row, batch), self._send_bound)
+        except InvalidInput as exc:  # refused (no open relay), or a channel URL no longer taken
             return Outcome(repo.FAILED, str(exc))
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             return self._retry(row, f"{type(exc).__name__}: {exc}")
@@ -318,6 +372,18 @@ class Reach:
             )
             return Outcome(repo.FAILED, f"{type(exc).__name__}: {exc}"[:500])
 
+    async def _attempt(self, row: OutboxRow, batch: Batch) -> Outcome:
+        bundle = batch.bundles.get(row.pending_id)
+        if row.kind == repo.PENDING and (bundle is None or bundle.state not in ACTIVE):
+            if bundle is not None and bundle.state not in SETTLED:
+                # An answer's delivery is claimed: if the claim is restored, the action is pending
+                # again and its person must still hear of it. Look again later.
+                return self._retry(row, f"the action is {bundle.state.value}", give_up=repo.SKIPPED)
+            return Outcome(repo.SKIPPED)
+        if row.destination == repo.PUSH:
+            return await self._push(row, bundle, batch)
+        return await self._message(row, bundle, batch)
+
     async def _push(self, row: OutboxRow, bundle: Bundle | None, batch: Batch) -> Outcome:
         found = batch.subscriptions.get(row.destination_id)
         if found is None:
@@ -327,7 +393,7 @@ class Reach:
             payload = text.close_payload(row.pending_id)
         else:
             payload = text.push_payload(bundle, batch.titles.get(row.task_id, DEFAULT_TITLE))
-        client = self.client or httpx.AsyncClient(timeout=self.settings.notify_send_seconds)
+        client = self.client or self._new_client()
         result = await webpush.send(
             client,
             await self.load_keys(),
@@ -355,14 +421,13 @@ class Reach:
         found = batch.channels.get(row.destination_id)
         if found is None or bundle is None:
             return Outcome(repo.GONE)
-        target = await asyncio.to_thread(channels.inspect, found.url)
-        if target.host is not None:
-            await check_target("url", target.host, target.port, self.settings.outbound_allowed_hosts)
+        # Parsed, checked and sent as one: the host checked is the one the plugin talks to.
+        target = await self._channel_target(found.url)
         public = self.settings.public_url or f"http://{self.settings.host}:{self.settings.port}"
         title, body = text.chat_message(
             bundle, batch.titles.get(row.task_id, DEFAULT_TITLE), row.session_id, public
         )
-        if await channels.deliver(found.url, title, body, self.settings.notify_send_seconds):
+        if await channels.deliver(target, title, body, self.settings.notify_send_seconds):
             log.info(
                 "channel message sent",
                 extra={"event": "reach.channel_sent", "pending_id": row.pending_id, "target": target.masked},

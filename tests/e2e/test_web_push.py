@@ -454,6 +454,23 @@ async def test_a_close_push_closes_the_notification_once_the_question_is_answere
     await _done(network, agent)
 
 
+async def test_a_close_push_for_a_notification_this_device_never_showed_shows_nothing(
+    page: Any, push_server: Server, api: Api, service: PushService
+) -> None:
+    _task_id, (session_id,) = await api.task("Closed unseen")
+    network, worker = await _open_subscribed(page, push_server, service)
+    await page.close()  # no page either: nothing to tell
+    agent = await api.ask(session_id, [question("Answered before it reached this device?")])
+    assert await api.respond(agent.pending_id, [{"questionId": "policy", "customText": "yes"}]) == (
+        "ClarificationResponded"
+    )
+    await worker.deliver({"type": "close", "pendingId": agent.pending_id})
+    await worker.deliver({"type": "close", "pendingId": "never-pending"})
+    await asyncio.sleep(1.0)
+    assert await worker.notifications() == []
+    await _done(network, agent)
+
+
 # --- answering from the buttons -----------------------------------------------------------------------
 
 

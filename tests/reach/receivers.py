@@ -38,10 +38,12 @@ def unb64url(text: str) -> bytes:
 class Received:
     items: list[Any] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    times: list[float] = field(default_factory=list)  # time.monotonic() of each item's arrival
 
     def add(self, item: Any) -> None:
         with self.lock:
             self.items.append(item)
+            self.times.append(time.monotonic())
 
     def wait(self, count: int, seconds: float = 15.0) -> list[Any]:
         deadline = time.monotonic() + seconds
@@ -62,18 +64,47 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the worker sends a batch side by side
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a held request whose client gave up: nothing to say
+
+
+@dataclass
+class Script:
+    """How a receiver answers: the statuses in `first`, one per request, then `status`; a 3xx
+    names `location`. While `hold` is clear, a request waits (up to 30 s) before it is answered."""
+
+    status: int = 200
+    first: list[int] = field(default_factory=list)
+    location: str | None = None
+    hold: threading.Event = field(default_factory=lambda: _set(threading.Event()))
+
+    def answer(self) -> tuple[int, dict[str, str]]:
+        self.hold.wait(30)
+        status = self.first.pop(0) if self.first else self.status
+        headers = {"Location": self.location} if self.location and 300 <= status < 400 else {}
+        return status, headers
+
+
+def _set(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
+
 
 @contextmanager
 def http_receiver(handle: Any) -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 calling `handle(path, headers, body) -> status` per POST."""
+    """An HTTP server on 127.0.0.1 calling `handle(path, headers, body)` per POST: a status, or
+    (status, headers)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as push services and webhooks speak it
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status = handle(self.path, dict(self.headers.items()), body)
+            answer = handle(self.path, dict(self.headers.items()), body)
+            status, headers = answer if isinstance(answer, tuple) else (answer, {})
             self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -101,6 +132,35 @@ def json_channel() -> Iterator[tuple[str, Received]]:
 
     with http_receiver(handle) as address:
         yield address, received
+
+
+@dataclass
+class Webhook:
+    """A webhook for Apprise's json:// that answers as its `script` says; `asked` keeps every request
+    (whatever it was answered), `received` those answered 2xx."""
+
+    address: str
+    received: Received = field(default_factory=Received)
+    asked: Received = field(default_factory=Received)
+    script: Script = field(default_factory=Script)
+
+
+@contextmanager
+def webhook() -> Iterator[Webhook]:
+    holder: list[Webhook] = []
+
+    def handle(_path: str, _headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str]]:
+        hook = holder[0]
+        message = json.loads(body)
+        hook.asked.add(message)
+        status, headers = hook.script.answer()
+        if 200 <= status < 300:
+            hook.received.add(message)
+        return status, headers
+
+    with http_receiver(handle) as address:
+        holder.append(Webhook(address))
+        yield holder[0]
 
 
 @dataclass
@@ -149,7 +209,8 @@ def verify_vapid(authorization: str, audience: str) -> dict[str, Any]:
 class PushService:
     """A push service endpoint: checks each request's VAPID JWT, decrypts its aes128gcm body with the
     subscribing browser's private key, and keeps the JSON payloads. `status` answers every request
-    (201, or 410 for a subscription that is gone)."""
+    (201, or 410 for a subscription that is gone); `script.first` the first ones, `script.hold`
+    holds them."""
 
     address: str
     browser: Browser
@@ -157,6 +218,7 @@ class PushService:
     status: int = 201
     vapid_keys: set[str] = field(default_factory=set)
     asked: Received = field(default_factory=Received)  # every request, whatever it was answered
+    script: Script = field(default_factory=lambda: Script(status=201))
 
     @property
     def endpoint(self) -> str:
@@ -167,15 +229,17 @@ class PushService:
 def push_service() -> Iterator[PushService]:
     holder: list[PushService] = []
 
-    def handle(_path: str, headers: dict[str, str], body: bytes) -> int:
+    def handle(_path: str, headers: dict[str, str], body: bytes) -> int | tuple[int, dict[str, str]]:
         service = holder[0]
         claims = verify_vapid(headers["Authorization"], f"http://{service.address}")
         service.vapid_keys.add(claims["k"])
         service.asked.add(claims)
         assert headers["Content-Encoding"] == "aes128gcm"
         assert int(headers["TTL"]) > 0
-        if service.status != 201:
-            return service.status
+        service.script.status = service.status
+        status, extra = service.script.answer()
+        if status != 201:
+            return status, extra
         plain = http_ece.decrypt(
             body, private_key=service.browser.key, auth_secret=service.browser.auth, version="aes128gcm"
         )

@@ -8,13 +8,25 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 
+from backend.db.engine import Database, utcnow
+from backend.db.tables import notification_outbox
 from tests.api.client import Client, GraphQLError
 from tests.api.gql import GRANT, running_session, token_for
-from tests.reach.receivers import PushService, Received, json_channel, push_service, smtp_server
-from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
+from tests.reach.receivers import (
+    Browser,
+    PushService,
+    Received,
+    json_channel,
+    push_service,
+    smtp_server,
+    webhook,
+)
+from tests.servers import ADMIN_TOKEN, Server, drop_database, free_port, fresh_database
 
 PUBLIC = "http://turnwise.example"
 ENV = {
@@ -221,6 +233,12 @@ async def test_a_private_target_is_refused_and_nothing_is_stored(dialect: str, s
             "json://localhost/hook",
             "jsons://10.1.2.3/x",
             "json://[::1]:80/",
+            # Every scheme's host is checked, not only the webhooks' (tests/reach/test_guard.py).
+            "hassio://127.0.0.1/accesstoken",
+            "kodi://10.0.0.5",
+            "rsyslog://127.0.0.1",
+            "bark://127.0.0.1/dev",
+            "signal://127.0.0.1:8080/12345678901/12345678902",
         ):
             with pytest.raises(GraphQLError) as refused:
                 await person.execute(ADD_CHANNEL, {"u": url, "l": None})
@@ -231,9 +249,15 @@ async def test_a_private_target_is_refused_and_nothing_is_stored(dialect: str, s
                 REGISTER, {"e": "https://169.254.169.254/latest", "k": "B" + "A" * 86, "a": "A" * 22}
             )
         assert refused.value.codes == ["BAD_USER_INPUT"]
-        with pytest.raises(GraphQLError) as unknown:
-            await person.execute(ADD_CHANNEL, {"u": "carrier-pigeon://coop/1", "l": None})
-        assert unknown.value.codes == ["BAD_USER_INPUT"]
+        for url, why in (
+            ("carrier-pigeon://coop/1", "not an Apprise URL"),
+            ("syslog://", "names no host"),
+            ("json://turnwise.example/hook?redirect=yes", "redirect"),
+        ):
+            with pytest.raises(GraphQLError) as unknown:
+                await person.execute(ADD_CHANNEL, {"u": url, "l": None})
+            assert unknown.value.codes == ["BAD_USER_INPUT"]
+            assert why in str(unknown.value)
         assert (await person.execute(CHANNELS))["notificationChannels"] == []
 
 
@@ -296,3 +320,134 @@ async def test_two_workers_send_each_row_once(start: StartServer) -> None:
         assert titles == sorted(f"Task: task {i}" for i in range(6))
         await person.aclose()
         await admin.aclose()
+
+
+async def outbox_rows(url: str) -> list[Any]:
+    """The server's outbox, read from its database by this (another) process."""
+    db = Database(url)
+    try:
+        async with db.read() as conn:
+            return list(await conn.execute(select(notification_outbox)))
+    finally:
+        await db.dispose()
+
+
+async def test_a_push_arrives_within_the_delay_and_a_second_of_the_ask(
+    dialect: str, start: StartServer
+) -> None:
+    after = 1.0
+    server = await start(dialect, {"TURNWISE_NOTIFY_AFTER_SECONDS": str(after)})
+    with push_service() as phone:
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await register(person, phone)
+            agent = Client(server.base_url, agent_token)
+            try:
+                async with agent.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.2}) as sub:
+                    await sub.next()
+                    asked_at = time.monotonic()  # the ask has committed (its due time was set before)
+                    await asyncio.to_thread(phone.received.wait, 1)
+            finally:
+                await agent.aclose()
+    took = phone.received.times[0] - asked_at
+    # TURNWISE_NOTIFY_AFTER_SECONDS + 1 s, with half a second more for a loaded machine.
+    assert after - 0.05 <= took <= after + 1.5, took
+
+
+async def test_rows_another_process_wrote_are_sent_within_a_second_of_their_due_time(
+    dialect: str, start: StartServer
+) -> None:
+    # The server's own asks are due in an hour; this process then makes one due now, as another
+    # server process's ask would (the server was not woken for it: only its poll finds it, at its
+    # default 0.5 s).
+    server = await start(
+        dialect, {"TURNWISE_NOTIFY_AFTER_SECONDS": "3600", "TURNWISE_NOTIFY_POLL_SECONDS": ""}
+    )
+    with push_service() as phone:
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await register(person, phone)
+            pending_id = await ask(server, agent_token, session_id)
+            await settle(0.3)
+            db = Database(server.database_url)
+            try:
+                async with db.write() as conn:
+                    await conn.execute(
+                        update(notification_outbox)
+                        .where(notification_outbox.c.pending_id == pending_id)
+                        .values(due_at=utcnow())
+                    )
+                due = time.monotonic()
+            finally:
+                await db.dispose()
+            (pushed,) = await asyncio.to_thread(phone.received.wait, 1)
+    assert pushed["pendingId"] == pending_id
+    took = phone.received.times[0] - due
+    assert took <= 1.0 + 0.5, took  # the poll (0.5 s by default) and a loaded machine's allowance
+
+
+async def test_an_ask_never_waits_for_a_dead_push_service_or_webhook(
+    dialect: str, start: StartServer
+) -> None:
+    server = await start(dialect, {"TURNWISE_NOTIFY_AFTER_SECONDS": "0", "TURNWISE_NOTIFY_SEND_SECONDS": "3"})
+    with push_service() as hung, webhook() as stuck:
+        hung.script.hold.clear()  # both take the request and never answer (until the end)
+        stuck.script.hold.clear()
+        try:
+            async with people(server) as (_, person, _task_id, session_id, agent_token):
+                await register(person, hung)
+                refused = Browser()  # a push service that is down: nothing listens on its port
+                await person.execute(
+                    REGISTER,
+                    {
+                        "e": f"http://127.0.0.1:{free_port()}/push/down",
+                        "k": refused.p256dh,
+                        "a": refused.auth_secret,
+                    },
+                )
+                await person.execute(ADD_CHANNEL, {"u": f"json://{stuck.address}/hook", "l": "chat"})
+                agent = Client(server.base_url, agent_token)
+                took = []
+                try:
+                    for _ in range(3):
+                        started = time.monotonic()
+                        async with agent.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.2}) as sub:
+                            await sub.next()
+                            took.append(time.monotonic() - started)
+                            await sub.next(timeout=10)
+                        await asyncio.to_thread(hung.asked.wait, 1)  # the worker is stuck on them
+                finally:
+                    await agent.aclose()
+                assert stuck.asked.now() != []
+                # Each ask answered long before one send could give up (3 s): it waited for none.
+                assert max(took) < 1.0, took
+        finally:
+            hung.script.hold.set()
+            stuck.script.hold.set()
+
+
+async def test_a_row_a_crashed_process_left_sending_ends_failed_and_is_never_sent_again(
+    dialect: str, start: StartServer
+) -> None:
+    env = {"TURNWISE_NOTIFY_SEND_SECONDS": "2"}  # a claim is the process's for 2 x (2 + 1) s
+    server = await start(dialect, env)
+    with push_service() as phone:
+        phone.script.hold.clear()  # the push service takes the request and holds it ...
+        async with people(server) as (_, person, _task_id, session_id, agent_token):
+            await register(person, phone)
+            pending_id = await ask(server, agent_token, session_id)
+        await asyncio.to_thread(phone.asked.wait, 1)
+        await asyncio.to_thread(server.kill)  # ... while the process dies mid-send
+        phone.script.hold.set()
+        (row,) = await outbox_rows(server.database_url)
+        assert (row.pending_id, row.status) == (pending_id, "sending")
+        await start(env=env, url=server.database_url)
+        for _ in range(200):
+            (row,) = await outbox_rows(server.database_url)
+            if row.status != "sending":
+                break
+            await settle(0.1)
+        assert row.status == "failed"
+        assert row.last_error == "the sending process stopped before it recorded the outcome"
+        await settle(1.0)
+        assert len(phone.asked.now()) == 1  # it may have gone out: never twice
+        (row,) = await outbox_rows(server.database_url)
+        assert (row.status, row.attempts) == ("failed", 1)

@@ -178,10 +178,14 @@ async function showPending(data) {
   tell(pages, { type: "push-shown", pendingId: data.pendingId });
 }
 
+// A close push never shows anything. With no notification of that tag on this device (it was never
+// shown here, or the person dismissed it) nothing more is done than tell open pages, which may hold
+// their own notification of it. Chrome may count such a push as silent (docs/web-app.md, "Close").
 async function closeTag(pendingId) {
   const shown = await self.registration.getNotifications({ tag: pendingId });
   for (const notification of shown) notification.close();
-  tell(await windows(), { type: "push-closed", pendingId: pendingId });
+  const pages = await windows();
+  if (pages.length > 0) tell(pages, { type: "push-closed", pendingId: pendingId });
 }
 
 async function onPush(event) {
