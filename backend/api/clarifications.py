@@ -21,6 +21,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant, NotFound
 from backend.domain.lifecycle import ConflictReason
 from backend.domain.states import ClarificationStatus, PendingActionKind
+from backend.services.bundles import Authorize
 from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -145,15 +146,27 @@ def _outcome(o: lc.WaitOutcome) -> Any:
 # --- respond results ----------------------------------------------------------------------------
 
 
+QUEUED = (
+    "No agent was connected: the response waits in the session's inbox and reaches the agent exactly "
+    "once when it comes back (agentPrompts, or MCP wait_for_answer)."
+)
+
+# The agent's wait, for every kind of pending action.
+TimeoutSeconds = Annotated[
+    float | None,
+    strawberry.argument(
+        description="Seconds to wait for the person before the wait detaches (ClarificationDetached, "
+        "PermissionDetached; more than 0). Null or left out: the longest wait the server allows "
+        "(TURNWISE_MAX_WAIT_SECONDS, 7200 by default), which also caps larger values."
+    ),
+]
+
+
 @strawberry.type
 class ClarificationResponded:
     bundle: ClarificationBundle
     resumed: bool
-    queued: bool = strawberry.field(
-        default=False,
-        description="No agent was connected: the answer waits in the session's inbox and reaches the "
-        "agent exactly once when it comes back (agentPrompts, or MCP wait_for_answer).",
-    )
+    queued: bool = strawberry.field(default=False, description=QUEUED)
 
 
 @strawberry.type
@@ -210,21 +223,42 @@ def count_outcome(o: lc.WaitOutcome) -> None:
         metrics.DETACHES.inc()
 
 
+def not_responded(
+    r: lc.Conflict | lc.DeliveryFailed, *, with_bundle: bool
+) -> ClarificationConflict | ClarificationDeliveryFailed:
+    """A respond that took no effect, for either kind (a conflict carries a clarification's bundle,
+    so a losing client can show the winning answer)."""
+    if isinstance(r, lc.Conflict):
+        bundle = r.bundle if with_bundle else None
+        return ClarificationConflict(
+            pending_id=strawberry.ID(r.pending_id),
+            reason=r.reason,
+            bundle=None if bundle is None else ClarificationBundle.of(bundle),
+        )
+    return ClarificationDeliveryFailed(
+        pending_id=strawberry.ID(r.pending_id), retryable=r.retryable, message=r.message
+    )
+
+
 def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
     count_respond(r)
     if isinstance(r, lc.Responded):
         return ClarificationResponded(
             bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed, queued=r.queued
         )
-    if isinstance(r, lc.Conflict):
-        return ClarificationConflict(
-            pending_id=strawberry.ID(r.pending_id),
-            reason=r.reason,
-            bundle=None if r.bundle is None else ClarificationBundle.of(r.bundle),
-        )
-    return ClarificationDeliveryFailed(
-        pending_id=strawberry.ID(r.pending_id), retryable=r.retryable, message=r.message
-    )
+    return not_responded(r, with_bundle=True)
+
+
+def answering(principal: Any, what: str, ident: str) -> Authorize:
+    """Who may respond: people who may answer the task; to anyone else the action is not found."""
+
+    def authorize(task_id: str, _session_id: str | None) -> None:
+        try:
+            require_task_answer(principal, task_id)
+        except NotFound:
+            raise NotFound(what, ident) from None
+
+    return authorize
 
 
 # --- the agent's wait, for every kind of pending action -----------------------------------------
@@ -308,14 +342,6 @@ class ClarificationMutations:
         answers: list[ClarificationAnswerInput] = [],  # noqa: B006 - never mutated; renders `= []`
         rejected: bool = False,
     ) -> RespondToClarificationResult:
-        principal = info.context.principal
-
-        def authorize(task_id: str, _session_id: str | None) -> None:
-            try:
-                require_task_answer(principal, task_id)
-            except NotFound:
-                raise NotFound("clarification", str(pending_id)) from None
-
         result = await info.context.services.clarifications.respond(
             str(pending_id),
             [
@@ -323,7 +349,7 @@ class ClarificationMutations:
                 for a in answers
             ],
             rejected=rejected,
-            authorize=authorize,
+            authorize=answering(info.context.principal, "clarification", str(pending_id)),
         )
         return _respond_result(result)
 
@@ -374,14 +400,7 @@ class ClarificationSubscriptions:
         session_id: strawberry.ID,
         questions: list[ClarificationQuestionInput],
         context: str | None = None,
-        timeout_seconds: Annotated[
-            float | None,
-            strawberry.argument(
-                description="Seconds to wait for the answer before ClarificationDetached (more than 0). "
-                "Null or left out: the longest wait the server allows (TURNWISE_MAX_WAIT_SECONDS, 7200 "
-                "by default), which also caps larger values."
-            ),
-        ] = None,
+        timeout_seconds: TimeoutSeconds = None,
     ) -> AsyncGenerator[ClarificationOutcome, None]:
         await require_asker(info, str(session_id))
         stream = info.context.services.clarifications.ask(

@@ -22,7 +22,7 @@ import logging
 from collections import Counter
 from collections.abc import Sequence
 from importlib import metadata
-from typing import Any
+from typing import Any, Protocol
 
 from mcp import types
 from mcp.server.lowlevel import Server
@@ -51,6 +51,7 @@ from backend.domain.errors import (
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus, PendingActionKind
 from backend.services.bundles import trusted
+from backend.services.clarifications import final_outcome
 from backend.services.container import Services
 from backend.services.inbox import rendered_answers
 
@@ -275,6 +276,8 @@ def _tool_field(field: str) -> str:
         field.replace(".title", ".header")
         .replace(".prompt", ".question")
         .replace("timeoutSeconds", "timeout_seconds")
+        .replace("toolName", "tool_name")
+        .replace("toolUseId", "tool_use_id")
     )
 
 
@@ -325,6 +328,19 @@ def turnwise_version() -> str:
         return metadata.version("turnwise")
     except metadata.PackageNotFoundError:  # a source tree that was never installed
         return "0+unknown"
+
+
+class KindResults(Protocol):
+    """What `wait_for_answer` tells the agent, per kind of pending action: the questions' results
+    (`McpEndpoint`) or Claude Code's verdicts (`Approvals`)."""
+
+    def outcome(self, outcome: lc.WaitOutcome, bundle: Bundle) -> types.CallToolResult: ...
+
+    def settled(self, pending_id: str, bundle: Bundle | None) -> types.CallToolResult: ...
+
+    async def from_inbox(
+        self, session_id: str, pending_id: str, item: Any, deliverable: bool
+    ) -> types.CallToolResult: ...
 
 
 # --- the endpoint -------------------------------------------------------------------------------
@@ -482,20 +498,14 @@ class McpEndpoint:
         self, session_id: str, questions: list[dict[str, Any]], context: str | None, seconds: float | None
     ) -> types.CallToolResult:
         stream = self.services.clarifications.ask(session_id, questions, context, seconds)
-        bundle: Bundle | None = None
-        try:
-            async for outcome in stream:
-                if isinstance(outcome, lc.Asked):
-                    bundle = outcome.bundle
-                    continue
-                if bundle is None:
-                    raise BrokenInvariant("the clarification stream ended before it asked")
-                return self._outcome(outcome, bundle)
-        finally:
-            await stream.aclose()
-        raise RuntimeError("the clarification stream ended without an outcome")
+        outcome, bundle = await final_outcome(stream)
+        if outcome is None:
+            raise RuntimeError("the clarification stream ended without an outcome")
+        if bundle is None:
+            raise BrokenInvariant("the clarification stream ended before it asked")
+        return self.outcome(outcome, bundle)
 
-    def _outcome(self, outcome: lc.WaitOutcome, bundle: Bundle) -> types.CallToolResult:
+    def outcome(self, outcome: lc.WaitOutcome, bundle: Bundle) -> types.CallToolResult:
         pending_id = bundle.pending_id
         if isinstance(outcome, lc.Answered):
             return result(
@@ -515,46 +525,53 @@ class McpEndpoint:
         if pending_id is None:
             raise InvalidInput("pending_id", "pending_id is required")
         timeout = _timeout(args)
-        wait = self.services.clarifications.wait_seconds(timeout)
+        lifecycle = self.services.clarifications
+        wait = lifecycle.wait_seconds(timeout)
         # Authorized just below, where a foreign bundle reads as not found.
-        bundle = await self.services.clarifications.bundle(pending_id, authorize=trusted)
+        bundle = await lifecycle.bundle(pending_id, authorize=trusted)
         if bundle is None:
             raise InvalidInput("pending_id", f"pending action {pending_id!r} not found")
         try:
             require_session_agent(principal, bundle.session_id, bundle.task_id)
         except TurnwiseError:
             raise InvalidInput("pending_id", f"pending action {pending_id!r} not found") from None
-        if bundle.kind == PendingActionKind.PERMISSION:
-            return await self.approvals.wait(bundle, wait)
+        # The same wait for both kinds; only what the agent is told differs.
+        results: KindResults = self.approvals if bundle.kind == PendingActionKind.PERMISSION else self
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
             queued = await self.services.inbox.for_bundle(pending_id)
             if queued is not None:
-                return await self._from_inbox(bundle.session_id, pending_id, *queued)
-            bundle = await self.services.clarifications.bundle(pending_id, authorize=trusted)
-            if bundle is None:
-                return result("closed", pending_id)
-            state = bundle.state
-            if state in (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED):
+                return await results.from_inbox(bundle.session_id, pending_id, *queued)
+            found = await lifecycle.bundle(pending_id, authorize=trusted)
+            if found is None:
+                return results.settled(pending_id, None)
+            if found.state in (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED):
+                # Wait again on that very request: never a new one (nor a rule's decision of one).
                 remaining = max(deadline - loop.time(), 0.001)
-                return await self._wait(bundle.session_id, _asked(bundle), bundle.context, remaining)
-            if state == BundleState.DELIVERY_CLAIMED and loop.time() < deadline:
-                # An answer is being delivered or queued right now: look again shortly.
-                await asyncio.sleep(CLAIM_POLL_SECONDS)
-                continue
-            if state == BundleState.DELIVERY_CLAIMED:
-                return result("detached", pending_id)
-            if state == BundleState.TERMINAL:
-                statuses = Counter(r.status for r in bundle.rows if not r.is_pending)
-                top = statuses.most_common(1)[0][0] if statuses else ""
-                if top == ClarificationStatus.REJECTED:
-                    return result("rejected", pending_id)
-                if top == ClarificationStatus.ANSWERED:
-                    return result("delivered", pending_id)
-            return result("closed", pending_id)
+                outcome = await lifecycle.wait_again(found, remaining)
+                if outcome is not None:
+                    return results.outcome(outcome, found)
+                # It stopped being open as the waiter came: read it again.
+            elif found.state != BundleState.DELIVERY_CLAIMED:
+                return results.settled(pending_id, found)
+            if loop.time() >= deadline:
+                return results.outcome(lc.Detached(pending_id), found)
+            # An answer is being delivered or queued right now: look again shortly.
+            await asyncio.sleep(CLAIM_POLL_SECONDS)
 
-    async def _from_inbox(
+    def settled(self, pending_id: str, bundle: Bundle | None) -> types.CallToolResult:
+        """A question that takes no answer any more: gone, superseded or terminal."""
+        if bundle is not None and bundle.state == BundleState.TERMINAL:
+            statuses = Counter(r.status for r in bundle.rows if not r.is_pending)
+            top = statuses.most_common(1)[0][0] if statuses else ""
+            if top == ClarificationStatus.REJECTED:
+                return result("rejected", pending_id)
+            if top == ClarificationStatus.ANSWERED:
+                return result("delivered", pending_id)
+        return result("closed", pending_id)
+
+    async def from_inbox(
         self, session_id: str, pending_id: str, item: Any, deliverable: bool
     ) -> types.CallToolResult:
         if item.delivered_at is not None:
@@ -565,25 +582,3 @@ class McpEndpoint:
         if deliverable:  # another caller took it between the read and the take
             return result("delivered", pending_id)
         return result("closed", pending_id)
-
-
-def _asked(bundle: Bundle) -> list[dict[str, Any]]:
-    """The bundle's questions as first asked (explicit ids), so asking them again re-attaches to it."""
-    out = []
-    for md in _ordered_metadata(bundle):
-        raw = md.get("question")
-        q: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        out.append(
-            {
-                "id": md.get("question_id"),
-                "title": q.get("title"),
-                "prompt": q.get("prompt"),
-                "multi_select": bool(q.get("multi_select")),
-                "options": [
-                    {"id": o.get("id"), "label": o.get("label"), "description": o.get("description")}
-                    for o in q.get("options") or []
-                    if isinstance(o, dict)
-                ],
-            }
-        )
-    return out

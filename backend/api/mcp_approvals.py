@@ -10,22 +10,21 @@ reaches the agent as a resume prompt, or through `wait_for_answer(pending_id)`.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp import types
 
 from backend.domain import lifecycle as lc
-from backend.domain.errors import BrokenInvariant, InvalidInput, present
+from backend.domain.errors import BrokenInvariant, InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
-from backend.domain.permissions import ALLOW, DENY, Decision, decision_from_response, request_of
+from backend.domain.permissions import ALLOW, DENY, Decision, decision_from_response
 from backend.domain.states import ClarificationStatus
+from backend.services.clarifications import final_outcome
 from backend.services.container import Services
 
 APPROVE_ARGUMENTS = ("tool_name", "input", "tool_use_id", "session_id", "context", "timeout_seconds")
-CLAIM_POLL_SECONDS = 0.05
 
 
 def approve_tool(timeout_schema: dict[str, Any]) -> types.Tool:
@@ -135,71 +134,42 @@ class Approvals:
         stream = self.services.permissions.ask(
             session_id, tool_name, args["input"], tool_use_id, context, seconds
         )
-        return await self._outcome_of(stream)
+        outcome, bundle = await final_outcome(stream)
+        if outcome is None:
+            raise RuntimeError("the permission stream ended without an outcome")
+        if isinstance(outcome, lc.Decided):  # a remembered rule allowed it as it was asked
+            return self._result(outcome, outcome.pending_id)
+        if bundle is None:
+            raise BrokenInvariant("the permission stream ended before it asked")
+        return self.outcome(outcome, bundle)
 
-    async def _outcome_of(self, stream: AsyncGenerator[lc.WaitOutcome, None]) -> types.CallToolResult:
-        pending_id: str | None = None
-        try:
-            async for outcome in stream:
-                if isinstance(outcome, lc.Asked):
-                    pending_id = outcome.bundle.pending_id
-                    continue
-                if isinstance(outcome, lc.Decided):
-                    return decided_result(outcome.pending_id, _decision(outcome.answers, outcome.pending_id))
-                if pending_id is None:
-                    raise BrokenInvariant("the permission stream ended before it asked")
-                if isinstance(outcome, lc.Answered | lc.Rejected):
-                    return decided_result(pending_id, _decision(outcome.answers, pending_id))
-                if isinstance(outcome, lc.Detached):
-                    return deny_result(pending_id, "detached", DETACHED.format(pending_id))
-                return deny_result(pending_id, "closed", CLOSED)
-        finally:
-            await stream.aclose()
-        raise RuntimeError("the permission stream ended without an outcome")
+    # --- what `wait_for_answer` tells the agent (`mcp.KindResults`) -----------------------------
 
-    async def wait(self, bundle: Bundle, wait_seconds: float) -> types.CallToolResult:
-        """`wait_for_answer` on a permission's pending id: a late decision at once (only once), or a
-        wait again while the request is open."""
-        pending_id = bundle.pending_id
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_seconds
-        lifecycle = self.services.clarifications
-        while True:
-            queued = await self.services.inbox.for_bundle(pending_id)
-            if queued is not None:
-                return await self._from_inbox(bundle.session_id, pending_id, *queued)
-            found = await lifecycle.bundle(pending_id, authorize=lambda _t, _s: None)
-            if found is None:
-                return deny_result(pending_id, "closed", CLOSED)
-            state = found.state
-            if state in (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED):
-                request = present(request_of(found.rows[0].metadata), f"tool request of {pending_id}")
-                remaining = max(deadline - loop.time(), 0.001)
-                # The same request asked again re-attaches to it (its signature is the same).
-                stream = self.services.permissions.ask(
-                    found.session_id,
-                    request.get("tool_name"),
-                    request.get("input"),
-                    request.get("tool_use_id"),
-                    found.context,
-                    remaining,
-                )
-                return await self._outcome_of(stream)
-            if state == BundleState.DELIVERY_CLAIMED and loop.time() < deadline:
-                await asyncio.sleep(CLAIM_POLL_SECONDS)
-                continue
-            if state == BundleState.DELIVERY_CLAIMED:
-                return deny_result(pending_id, "detached", DETACHED.format(pending_id))
-            row = found.rows[0]
+    def outcome(self, outcome: lc.WaitOutcome, bundle: Bundle) -> types.CallToolResult:
+        return self._result(outcome, bundle.pending_id)
+
+    @staticmethod
+    def _result(outcome: lc.WaitOutcome, pending_id: str) -> types.CallToolResult:
+        if isinstance(outcome, lc.Answered | lc.Rejected | lc.Decided):
+            return decided_result(pending_id, _decision(outcome.answers, pending_id))
+        if isinstance(outcome, lc.Detached):
+            return deny_result(pending_id, "detached", DETACHED.format(pending_id))
+        return deny_result(pending_id, "closed", CLOSED)
+
+    def settled(self, pending_id: str, bundle: Bundle | None) -> types.CallToolResult:
+        """A request that takes no decision any more: a denial is final (said again), an ALLOW was
+        delivered once; anything else (gone, superseded, expired) is closed."""
+        if bundle is not None and bundle.state == BundleState.TERMINAL:
+            row = bundle.rows[0]
             decision = decision_from_response(row.metadata.get("response"))
-            if state == BundleState.TERMINAL and decision is not None:
+            if decision is not None:
                 if row.status == ClarificationStatus.REJECTED:
-                    return decided_result(pending_id, decision)  # a denial is final: said again
+                    return decided_result(pending_id, decision)
                 if decision.behavior == ALLOW:
                     return delivered_result(pending_id)
-            return deny_result(pending_id, "closed", CLOSED)
+        return deny_result(pending_id, "closed", CLOSED)
 
-    async def _from_inbox(
+    async def from_inbox(
         self, session_id: str, pending_id: str, item: Any, deliverable: bool
     ) -> types.CallToolResult:
         if item.delivered_at is None:

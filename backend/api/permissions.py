@@ -15,23 +15,26 @@ import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from backend.api.access import require_task_answer, require_task_read
+from backend.api.access import require_session_read
 from backend.api.clarifications import (
+    QUEUED,
     ClarificationConflict,
     ClarificationDeliveryFailed,
+    TimeoutSeconds,
+    answering,
     count_respond,
     live_wait,
+    not_responded,
     readable_bundle,
     require_asker,
 )
 from backend.api.context import Context
 from backend.api.types import PermissionBehavior, PermissionDecision, PermissionRequest
 from backend.domain import lifecycle as lc
-from backend.domain.errors import BrokenInvariant, NotFound
-from backend.domain.permissions import Decision
+from backend.domain.errors import BrokenInvariant
+from backend.domain.permissions import Decision, Sent
 from backend.domain.states import PendingActionKind
 from backend.repository.permission_rules import RuleRecord
-from backend.services.bundles import Authorize
 
 
 @strawberry.type(
@@ -111,11 +114,7 @@ def _outcome(o: lc.WaitOutcome) -> Any:
 class PermissionResponded:
     request: PermissionRequest
     resumed: bool
-    queued: bool = strawberry.field(
-        default=False,
-        description="No agent was connected: the decision waits in the session's inbox and reaches the "
-        "agent exactly once when it comes back (agentPrompts, or MCP wait_for_answer).",
-    )
+    queued: bool = strawberry.field(default=False, description=QUEUED)
 
 
 RespondToPermissionResult = Annotated[
@@ -128,21 +127,7 @@ def _respond_result(r: lc.RespondOutcome) -> RespondToPermissionResult:
     count_respond(r)
     if isinstance(r, lc.Responded):
         return PermissionResponded(request=PermissionRequest.of(r.bundle), resumed=r.resumed, queued=r.queued)
-    if isinstance(r, lc.Conflict):
-        return ClarificationConflict(pending_id=strawberry.ID(r.pending_id), reason=r.reason, bundle=None)
-    return ClarificationDeliveryFailed(
-        pending_id=strawberry.ID(r.pending_id), retryable=r.retryable, message=r.message
-    )
-
-
-def _answering(principal: Any, what: str, ident: str) -> Authorize:
-    def authorize(task_id: str, _session_id: str | None) -> None:
-        try:
-            require_task_answer(principal, task_id)
-        except NotFound:
-            raise NotFound(what, ident) from None
-
-    return authorize
+    return not_responded(r, with_bundle=False)
 
 
 # --- resolvers ----------------------------------------------------------------------------------
@@ -165,7 +150,9 @@ class PermissionQueries:
     ) -> list[PermissionRule]:
         principal = info.context.principal
         found = await info.context.services.permissions.rules(
-            str(session_id), authorize=lambda task_id, _s: require_task_read(principal, task_id)
+            # Refused as an unknown session is: the error names the session asked for, never its task.
+            str(session_id),
+            authorize=lambda task_id, s: require_session_read(principal, str(s), task_id),
         )
         return [PermissionRule.of(r) for r in found]
 
@@ -183,7 +170,14 @@ class PermissionMutations:
         behavior: PermissionBehavior,
         updated_input: JSON | None = strawberry.UNSET,
         message: str | None = None,
-        remember: bool = False,
+        remember: Annotated[
+            bool,
+            strawberry.argument(
+                description="ALLOW: also a rule of this session allowing this tool with this input. Not "
+                "with an updatedInput that differs from the input asked (the rule would allow what "
+                "the agent asked for, not the edit), unless rememberAnyInput."
+            ),
+        ] = False,
         remember_any_input: Annotated[
             bool,
             strawberry.argument(
@@ -193,16 +187,19 @@ class PermissionMutations:
     ) -> RespondToPermissionResult:
         principal = info.context.principal
         has_input = updated_input is not strawberry.UNSET and updated_input is not None
-        result = await info.context.services.permissions.respond(
-            str(pending_id),
+        sent = Sent(
             behavior.value,
             updated_input=updated_input if has_input else None,
             has_updated_input=has_input,
             message=message,
             remember=remember,
             remember_any_input=remember_any_input,
+        )
+        result = await info.context.services.permissions.respond(
+            str(pending_id),
+            sent,
             decided_by=principal.user_id,
-            authorize=_answering(principal, "permission", str(pending_id)),
+            authorize=answering(principal, "permission", str(pending_id)),
         )
         return _respond_result(result)
 
@@ -210,7 +207,7 @@ class PermissionMutations:
     async def revoke_permission_rule(self, info: Info[Context, None], rule_id: strawberry.ID) -> bool:
         principal = info.context.principal
         return await info.context.services.permissions.revoke(
-            str(rule_id), authorize=_answering(principal, "permission rule", str(rule_id))
+            str(rule_id), authorize=answering(principal, "permission rule", str(rule_id))
         )
 
 
@@ -229,13 +226,7 @@ class PermissionSubscriptions:
         input: JSON,
         tool_use_id: str | None = None,
         context: str | None = None,
-        timeout_seconds: Annotated[
-            float | None,
-            strawberry.argument(
-                description="Seconds to wait for a decision before PermissionDetached (more than 0). Null "
-                "or left out: the longest wait the server allows (TURNWISE_MAX_WAIT_SECONDS)."
-            ),
-        ] = None,
+        timeout_seconds: TimeoutSeconds = None,
     ) -> AsyncGenerator[PermissionOutcome, None]:
         await require_asker(info, str(session_id))
         stream = info.context.services.permissions.ask(

@@ -16,7 +16,7 @@ from backend.domain import clarification as cq
 from backend.domain.errors import present
 from backend.domain.lifecycle import Bundle, BundleRow, ConflictReason
 from backend.domain.lifecycle import BundleState as ClarificationBundleState
-from backend.domain.permissions import Decision, decision_from_response, request_of
+from backend.domain.permissions import Decision, RuleRef, decision_from_response, request_of
 from backend.domain.records import (
     MessageRecord,
     Revision,
@@ -198,6 +198,22 @@ class PermissionBehavior(enum.Enum):
     DENY = "deny"
 
 
+@strawberry.type(
+    description="A remembered rule as it was when it decided a request: which tool, and whether it "
+    "allowed only that exact input or any input of the tool."
+)
+class PermissionRuleSnapshot:
+    id: strawberry.ID
+    tool_name: str
+    any_input: bool = strawberry.field(
+        description="True: the rule allows any input of the tool; false: only the request's input, exactly."
+    )
+
+    @classmethod
+    def of(cls, r: RuleRef) -> PermissionRuleSnapshot:
+        return cls(id=strawberry.ID(r.id), tool_name=r.tool_name, any_input=r.any_input)
+
+
 @strawberry.type
 class PermissionDecision:
     behavior: PermissionBehavior
@@ -207,6 +223,14 @@ class PermissionDecision:
     message: str | None = strawberry.field(description="DENY: why, shown to the agent.")
     remember: bool = strawberry.field(description="ALLOW: also created a rule for this session.")
     auto: bool = strawberry.field(description="Decided by a remembered rule, without asking anyone.")
+    rule_id: strawberry.ID | None = strawberry.field(
+        description="With auto: the id of the remembered rule that decided it (it may since have been "
+        "revoked); null when a person decided."
+    )
+    rule: PermissionRuleSnapshot | None = strawberry.field(
+        description="With auto: the rule that decided it, as it was then; kept with the decision, so it "
+        "still reads after the rule is revoked."
+    )
 
     @classmethod
     def of(cls, d: Decision) -> PermissionDecision:
@@ -216,6 +240,8 @@ class PermissionDecision:
             message=d.message,
             remember=d.remember,
             auto=d.auto,
+            rule_id=None if d.rule is None else strawberry.ID(d.rule.id),
+            rule=None if d.rule is None else PermissionRuleSnapshot.of(d.rule),
         )
 
 

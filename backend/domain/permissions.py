@@ -136,6 +136,28 @@ def request_of(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 @dataclass(frozen=True, slots=True)
+class RuleRef:
+    """The remembered rule that decided a request, as it was when it decided: stored with the
+    decision, so the history still says which rule allowed what after the rule is revoked."""
+
+    id: str
+    tool_name: str
+    any_input: bool  # False: the rule allows only the request's own input, exactly
+
+    def as_stored(self) -> dict[str, Any]:
+        return {"id": self.id, "tool_name": self.tool_name, "any_input": self.any_input}
+
+    @classmethod
+    def from_stored(cls, raw: Any) -> RuleRef | None:
+        if not isinstance(raw, dict):
+            return None
+        rule_id, tool_name, any_input = raw.get("id"), raw.get("tool_name"), raw.get("any_input")
+        if not (isinstance(rule_id, str) and isinstance(tool_name, str) and isinstance(any_input, bool)):
+            return None
+        return cls(rule_id, tool_name, any_input)
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """A person's (or a remembered rule's) decision on one permission request."""
 
@@ -145,7 +167,11 @@ class Decision:
     remember: bool = False  # ALLOW: also a rule for this session
     remember_any_input: bool = False  # the rule matches any input of the tool, not only this one
     auto: bool = False  # decided by a rule, nobody asked
-    rule_id: str | None = None
+    rule: RuleRef | None = None  # with auto: the rule that decided it, as it was then
+
+    @property
+    def rule_id(self) -> str | None:
+        return None if self.rule is None else self.rule.id
 
     @property
     def question_id(self) -> str:
@@ -164,6 +190,7 @@ class Decision:
             "remember_any_input": self.remember_any_input,
             "auto": self.auto,
             "rule_id": self.rule_id,
+            "rule": None if self.rule is None else self.rule.as_stored(),
         }
 
     def for_agent(self) -> dict[str, Any]:
@@ -177,7 +204,6 @@ def decision_from_response(raw: Any) -> Decision | None:
     if not isinstance(raw, dict) or raw.get("behavior") not in (ALLOW, DENY):
         return None
     message = raw.get("message")
-    rule_id = raw.get("rule_id")
     return Decision(
         behavior=str(raw["behavior"]),
         updated_input=raw.get("updated_input"),
@@ -185,28 +211,32 @@ def decision_from_response(raw: Any) -> Decision | None:
         remember=raw.get("remember") is True,
         remember_any_input=raw.get("remember_any_input") is True,
         auto=raw.get("auto") is True,
-        rule_id=rule_id if isinstance(rule_id, str) else None,
+        rule=RuleRef.from_stored(raw.get("rule")),
     )
 
 
-def validate_decision(
-    request: Mapping[str, Any],
-    behavior: str,
-    *,
-    updated_input: Any = None,
-    has_updated_input: bool = False,
-    message: str | None = None,
-    remember: bool = False,
-    remember_any_input: bool = False,
-) -> Decision:
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What a person sent to decide a permission request (respondToPermission's arguments)."""
+
+    behavior: str  # ALLOW | DENY, either case
+    updated_input: Any = None
+    has_updated_input: bool = False  # an edited input was sent (it may be JSON null)
+    message: str | None = None
+    remember: bool = False
+    remember_any_input: bool = False
+
+
+def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
     """The decision on `request` (a row's tool request), or InvalidInput naming the field."""
-    behavior = behavior.lower()
+    behavior = sent.behavior.lower()
+    message = sent.message
     if behavior not in (ALLOW, DENY):
         raise InvalidInput("behavior", "must be ALLOW or DENY")
     if behavior == DENY:
-        if has_updated_input:
+        if sent.has_updated_input:
             raise InvalidInput("updatedInput", "only an ALLOW carries an input")
-        if remember or remember_any_input:
+        if sent.remember or sent.remember_any_input:
             raise InvalidInput("remember", "only an ALLOW is remembered")
         if message is not None and len(message) > MAX_MESSAGE:
             raise InvalidInput("message", f"must be at most {MAX_MESSAGE} characters")
@@ -214,19 +244,31 @@ def validate_decision(
         return Decision(DENY, message=text or None)
     if message is not None:
         raise InvalidInput("message", "only a DENY carries a message")
-    if remember_any_input and not remember:
+    if sent.remember_any_input and not sent.remember:
         raise InvalidInput("rememberAnyInput", "needs remember: true")
     original = request.get("input")
-    if has_updated_input:
-        edited = _json_value("updatedInput", updated_input)
+    if sent.has_updated_input:
+        edited = _json_value("updatedInput", sent.updated_input)
         if json_type(edited) != json_type(original):
             expected, got = json_type(original), json_type(edited)
             raise InvalidInput(
                 "updatedInput", f"must be a JSON {expected} like the tool's input, not a {got}"
             )
+        exact_rule = sent.remember and not sent.remember_any_input
+        if exact_rule and canonical_json(edited) != canonical_json(original):
+            # A rule for one exact input would allow what the agent asked for, not what the person
+            # approved: "always allow X" on a request for Y says neither.
+            raise InvalidInput(
+                "remember",
+                "cannot go with an updatedInput that differs from the tool's input: a rule for this "
+                "exact input would allow what the agent asked for, not the edit; allow the edit without "
+                "remember, or remember any input of the tool (rememberAnyInput)",
+            )
     else:
         edited = original
-    return Decision(ALLOW, updated_input=edited, remember=remember, remember_any_input=remember_any_input)
+    return Decision(
+        ALLOW, updated_input=edited, remember=sent.remember, remember_any_input=sent.remember_any_input
+    )
 
 
 # --- remembered rules ---------------------------------------------------------------------------

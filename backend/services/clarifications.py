@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from backend import faults
 from backend.db.engine import STORAGE_ERRORS
 from backend.db.health import is_outage
-from backend.domain.errors import CorruptData, InvalidInput, InvalidState, present
+from backend.domain.errors import CorruptData, InvalidInput, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
     Answered,
@@ -37,13 +37,14 @@ from backend.domain.lifecycle import (
     validate_questions,
 )
 from backend.domain.names import plain_name
-from backend.domain.records import TaskRecord
-from backend.domain.states import TERMINAL_SESSION_STATES, ClarificationStatus, SessionState
-from backend.repository import claims, tasks, turns
+from backend.domain.records import MessageRecord, TaskRecord
+from backend.domain.states import MESSAGE_KIND_PERMISSION, ClarificationStatus, SessionState
+from backend.repository import claims, tasks
 from backend.repository import clarifications as repo
 from backend.services.bundles import Authorize, trusted
 from backend.services.responding import Responding
 from backend.services.restorer import Restorer
+from backend.services.session_turn import turn_for_new_rows
 from backend.services.uow import Work, flush, one_message, uow
 from backend.services.waiters import Notice, NoticeKind, Waiter
 
@@ -104,17 +105,23 @@ class Clarifications(Responding):
         wait_seconds: float,
         *,
         decided: Callable[[Work], Awaitable[Decided | None]] | None = None,
+        attach_to: str | None = None,
     ) -> AsyncGenerator[WaitOutcome, None]:
         """The ask of every kind of pending action (validated specs: questions, or one permission
         request): yields `Asked`, then exactly one of Answered / Rejected / Detached / Closed.
         `decided`: what may decide the action as it is asked (a remembered rule), first in the ask's
-        own unit of work; when it does, the ask yields only its `Decided` and waits for nobody."""
+        own unit of work; when it does, the ask yields only its `Decided` and waits for nobody.
+        `attach_to`: only wait again on that open bundle (`wait_again`); the ask writes no row and
+        yields nothing when the bundle is no longer open."""
         # Registered before the write, so a hand-off for the new bundle always finds its waiter.
         waiter = self.hub.register(session_id)
         asked: dict[str, Any] | None = None
         delivered: list[Claim] = []
         try:
-            made = await self._create_or_attach(waiter, specs, context, signature, decided)
+            made = await self._create_or_attach(waiter, specs, context, signature, decided, attach_to)
+            if made is None:  # the bundle to wait on again is no longer open: nothing was written
+                waiter.finished = True
+                return
             if isinstance(made, Decided):
                 waiter.finished = True
                 yield made
@@ -150,6 +157,20 @@ class Clarifications(Responding):
                 waiter.finished = True
                 await self._bounded(self._detach(waiter, "disconnect"))
 
+    async def wait_again(self, bundle: Bundle, wait_seconds: float) -> WaitOutcome | None:
+        """The agent waits again on a request it asked earlier (MCP `wait_for_answer`), of either
+        kind: its waiter re-attaches to that very bundle and waits as the ask did. Never a new row,
+        nor a remembered rule's decision (rules decide requests as they are asked). None, having
+        written nothing, when the bundle is no longer open to wait on (read it again)."""
+        signature = bundle.rows[0].metadata.get("bundle_signature") if bundle.rows else None
+        if not isinstance(signature, str) or not signature:
+            return None  # a legacy bundle that no ask can name: not re-attachable
+        stream = self.ask_specs(
+            bundle.session_id, (), bundle.context, signature, wait_seconds, attach_to=bundle.pending_id
+        )
+        outcome, _ = await final_outcome(stream)
+        return outcome
+
     async def _create_or_attach(
         self,
         waiter: Waiter,
@@ -157,35 +178,45 @@ class Clarifications(Responding):
         context: str | None,
         signature: str,
         decided: Callable[[Work], Awaitable[Decided | None]] | None = None,
-    ) -> tuple[Bundle, dict[str, Any]] | Decided:
-        """The bundle asked (or re-attached to), and its log line (the message and its fields)."""
+        attach_to: str | None = None,
+    ) -> tuple[Bundle, dict[str, Any]] | Decided | None:
+        """The bundle asked (or re-attached to), and its log line (the message and its fields).
+        With `attach_to`: that bundle re-attached, or None (nothing written) when it is not open."""
         session_id = waiter.session_id
         async with uow(self.deps, [session_id], hold_summary=True) as w:
             conn = w.conn
-            if decided is not None:
-                outcome = await decided(w)
-                if outcome is not None:
-                    return outcome
             pending_id = new_id()
-            # The common case (a live session with a turn, no identical bundle) may be written by the
-            # statement that reads the context; any other case is decided below, as it finds it.
-            found = await repo.ask_context_inserting(
-                conn,
-                session_id=session_id,
-                pending_id=pending_id,
-                questions=specs,
-                context=context,
-                signature=signature,
-                waiter_id=waiter.waiter_id,
-                waiter_instance=self.hub.instance_id,
-            )
-            session, turn_id, reused, inserted = found.session, found.turn_id, found.reusable, found.inserted
-            if session.state in TERMINAL_SESSION_STATES:
-                raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new questions")
-            if turn_id is None:
-                # A question needs a turn to belong to; asking opens the session's first turn.
-                turn_id = (await turns.insert_turn(conn, session_id)).id
-                w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
+            inserted: list[MessageRecord] | None = None
+            if attach_to is not None:
+                # Waiting again: never a new row, nor a rule's decision; only the open bundle itself.
+                session, turn_id, reused = await repo.ask_context(conn, session_id, signature)
+                if reused != attach_to:
+                    return None
+            else:
+                if decided is not None:
+                    outcome = await decided(w)
+                    if outcome is not None:
+                        return outcome
+                # The common case (a live session with a turn, no identical bundle) may be written
+                # by the statement that reads the context; any other case is decided below.
+                found = await repo.ask_context_inserting(
+                    conn,
+                    session_id=session_id,
+                    pending_id=pending_id,
+                    questions=specs,
+                    context=context,
+                    signature=signature,
+                    waiter_id=waiter.waiter_id,
+                    waiter_instance=self.hub.instance_id,
+                )
+                session, turn_id, reused, inserted = (
+                    found.session,
+                    found.turn_id,
+                    found.reusable,
+                    found.inserted,
+                )
+            # A new row needs a turn to belong to; asking may open the session's first turn.
+            turn_id = await turn_for_new_rows(w, session, turn_id, _what(specs))
             bundle: Bundle | None = None
             waiting = SessionState.WAITING_FOR_INPUT.value
             if reused is not None:
@@ -495,6 +526,31 @@ def _closed(pending_id: str, bundle: Bundle | None) -> Closed | None:
         extra={"event": "clarification.waiter_closed", "pending_id": pending_id, "status": status},
     )
     return Closed(pending_id, status)
+
+
+async def final_outcome(
+    stream: AsyncGenerator[WaitOutcome, None],
+) -> tuple[WaitOutcome | None, Bundle | None]:
+    """What an ask's stream ends with, for a caller that waits for the end (MCP tools): its outcome
+    (None: it ended without one, as a wait on a bundle no longer open does) and the bundle it asked
+    (None: decided at once, or nothing asked). The stream is closed however this ends."""
+    bundle: Bundle | None = None
+    try:
+        async for outcome in stream:
+            if isinstance(outcome, Asked):
+                bundle = outcome.bundle
+                continue
+            return outcome, bundle
+    finally:
+        await stream.aclose()
+    return None, bundle
+
+
+def _what(specs: Sequence[Spec]) -> str:
+    """What an ask of these specs writes, as a refusal names it."""
+    if specs and specs[0].message_type == MESSAGE_KIND_PERMISSION:
+        return "permission requests"
+    return "questions"
 
 
 def _drain(waiter: Waiter) -> list[Notice]:

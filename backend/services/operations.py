@@ -22,6 +22,7 @@ from backend.domain.states import (
 from backend.repository import clarifications, messages, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
+from backend.services.session_turn import session_and_turn
 from backend.services.uow import uow
 
 log = logging.getLogger("turnwise.operations")
@@ -180,18 +181,10 @@ class Operations:
             raise InvalidInput("kind", f"must be one of {', '.join(sorted(POSTABLE_KINDS))}")
         metadata = {"status": ClarificationStatus.PENDING.value} if kind == MESSAGE_KIND_PERMISSION else {}
         async with uow(self.deps, [session_id]) as w:
-            conn = w.conn
-            session = await tasks.get_session(conn, session_id)
-            if session.state in TERMINAL_SESSION_STATES:
-                raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new messages")
-            turn_id = await turns.current_turn(conn, session_id)
-            if turn_id is None:
-                # A message needs a turn to belong to: it opens the session's first turn, which
-                # clients learn about like any other.
-                turn_id = (await turns.insert_turn(conn, session_id)).id
-                w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
+            # A message needs a turn to belong to: it may open the session's first turn.
+            session, turn_id = await session_and_turn(w, session_id, "messages")
             message = await messages.insert_message(
-                conn,
+                w.conn,
                 session_id=session_id,
                 turn_id=turn_id,
                 kind=kind,

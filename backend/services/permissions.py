@@ -16,24 +16,27 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.domain.errors import InvalidInput, InvalidState, NotFound, present
+from backend.domain.errors import InvalidInput, NotFound, present
 from backend.domain.lifecycle import Answer, Bundle, Decided, RespondOutcome, WaitOutcome
 from backend.domain.permissions import (
     ALLOW,
     DENY,
     Decision,
+    RuleRef,
+    Sent,
     permission_signature,
     request_of,
     validate_decision,
     validate_permission,
 )
-from backend.domain.states import TERMINAL_SESSION_STATES, PendingActionKind
+from backend.domain.states import PendingActionKind
 from backend.repository import clarifications as repo
 from backend.repository import permission_rules as rules
-from backend.repository import tasks, turns
+from backend.repository import tasks
 from backend.repository.permission_rules import RuleRecord
 from backend.services.bundles import Authorize
 from backend.services.clarifications import Clarifications
+from backend.services.session_turn import session_and_turn
 from backend.services.uow import Work, uow
 
 log = logging.getLogger("turnwise.permission")
@@ -77,14 +80,10 @@ class Permissions:
         rule = await rules.matching(conn, session_id, spec.tool_name, spec.input)
         if rule is None:
             return None
-        session = await tasks.get_session(conn, session_id)
-        if session.state in TERMINAL_SESSION_STATES:
-            raise InvalidState(f"session {session_id!r} is {session.state}; it takes no new requests")
-        turn_id = await turns.current_turn(conn, session_id)
-        if turn_id is None:
-            turn_id = (await turns.insert_turn(conn, session_id)).id
-            w.publish(session.task_id, session_id, "turn.started", turn_id=turn_id)
-        decision = Decision(ALLOW, updated_input=spec.input, auto=True, rule_id=rule.id)
+        session, turn_id = await session_and_turn(w, session_id, "permission requests")
+        decision = Decision(
+            ALLOW, updated_input=spec.input, auto=True, rule=RuleRef(rule.id, rule.tool_name, rule.any_input)
+        )
         record = await repo.insert_decided(
             conn,
             session_id=session_id,
@@ -109,35 +108,18 @@ class Permissions:
         return Decided(pending_id, (decision,))
 
     async def respond(
-        self,
-        pending_id: str,
-        behavior: str,
-        *,
-        updated_input: Any = None,
-        has_updated_input: bool = False,
-        message: str | None = None,
-        remember: bool = False,
-        remember_any_input: bool = False,
-        decided_by: str | None,
-        authorize: Authorize,
+        self, pending_id: str, sent: Sent, *, decided_by: str | None, authorize: Authorize
     ) -> RespondOutcome:
         """Allow (maybe with an edited input, maybe remembered as a session rule) or deny (maybe with
         a reason for the agent). A denial is final like a skipped question: it never resumes a
         detached agent, which was already told "denied for now"."""
-        if behavior.lower() not in (ALLOW, DENY):
+        behavior = sent.behavior.lower()
+        if behavior not in (ALLOW, DENY):
             raise InvalidInput("behavior", "must be ALLOW or DENY")
 
         def check(bundle: Bundle) -> Mapping[str, Answer | Decision]:
             request = present(request_of(bundle.rows[0].metadata), f"tool request of {pending_id}")
-            decision = validate_decision(
-                request,
-                behavior,
-                updated_input=updated_input,
-                has_updated_input=has_updated_input,
-                message=message,
-                remember=remember,
-                remember_any_input=remember_any_input,
-            )
+            decision = validate_decision(request, sent)
             return {decision.question_id: decision}
 
         async def remembered(conn: AsyncConnection, bundle: Bundle, valid: Mapping[str, Any]) -> None:
@@ -149,7 +131,9 @@ class Permissions:
                 conn,
                 session_id=bundle.session_id,
                 tool_name=str(request.get("tool_name")),
-                tool_input=request.get("input"),
+                # What the person approved: the input asked for (an exact-input rule takes no edit of
+                # it, `validate_decision`); none for a rule of any input.
+                tool_input=decision.updated_input,
                 any_input=decision.remember_any_input,
                 created_by=decided_by,
                 source_pending_id=pending_id,
@@ -163,7 +147,7 @@ class Permissions:
             pending_id,
             KIND,
             check,
-            rejected=behavior.lower() == DENY,
+            rejected=behavior == DENY,
             authorize=authorize,
             on_claimed=remembered,
         )

@@ -27,11 +27,15 @@ from tests.api.gql import (
     running_session,
     token_for,
 )
+from tests.api.kinds import API_PERMISSION, ASK_PERMISSION, BASH
 from tests.api.test_clarification_api import ASK, QUESTION
 from tests.dialects import served
 from tests.servers import ADMIN_TOKEN, Server
 
 ROLES = ("admin", "support", "user", "agent", "none")
+RULES = "query($s: ID!) { permissionRules(sessionId: $s) { id } }"
+REMEMBER = """mutation($p: ID!) {
+  respondToPermission(pendingId: $p, behavior: ALLOW, remember: true) { __typename } }"""
 SCOPES = ("own", "foreign")
 
 
@@ -44,7 +48,8 @@ class World:
     turn: str
     message: str
     user: str  # the user id of the admin-created target user (for grant/token operations)
-    pending: str = "none"  # a detached (or, for cancel, live) question of the target session
+    pending: str = "none"  # a detached (or, for cancel, live) question or permission request
+    rule: str = "none"  # a remembered permission rule of the target session
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -72,6 +77,18 @@ async def detached_question(admin: Client, session_id: str) -> str:
     return pending_id
 
 
+async def remembered_rule(admin: Client, world: World) -> str:
+    """The admin always-allows the target's permission request: a rule of its session."""
+    decided = await admin.execute(REMEMBER, {"p": world.pending})
+    assert decided["respondToPermission"]["__typename"] == "PermissionResponded", decided
+    (rule,) = await rules_of(admin, world.session)
+    return rule
+
+
+async def rules_of(admin: Client, session_id: str) -> list[str]:
+    return [r["id"] for r in (await admin.execute(RULES, {"s": session_id}))["permissionRules"]]
+
+
 async def build_world(
     admin: Client, people: dict[str, str], role: str, scope: str, op: str = ""
 ) -> tuple[World, str | None]:
@@ -87,6 +104,10 @@ async def build_world(
     world = World(task_id, session_id, turn, message, target_user)
     if op in NEEDS_DETACHED_QUESTION:
         world.pending = await detached_question(admin, session_id)
+    if op in NEEDS_DETACHED_PERMISSION:
+        world.pending = await API_PERMISSION.detached(admin, session_id)
+    if op in NEEDS_RULE:
+        world.rule = await remembered_rule(admin, world)
     token: str | None
     if role == "admin":
         token = ADMIN_TOKEN
@@ -197,6 +218,34 @@ OPS: dict[str, tuple[str, str, Any]] = {
         lambda w: {"p": w.pending},
     ),
     "askClarification": ("subscribe-agent", ASK, lambda w: {"s": w.session, "q": [QUESTION], "t": 5}),
+    "permission": (
+        "nullable",
+        "query($p: ID!) { permission(pendingId: $p) { pendingId } }",
+        lambda w: {"p": w.pending},
+    ),
+    "activePermission": (
+        "active",
+        "query($t: ID!) { taskSessions(taskId: $t) { activePermission { pendingId } } }",
+        lambda w: {"t": w.task},
+    ),
+    "permissionRules": ("read", RULES, lambda w: {"s": w.session}),
+    "respondToPermission": (
+        "answer",
+        "mutation($p: ID!) { respondToPermission(pendingId: $p, behavior: DENY) { __typename } }",
+        lambda w: {"p": w.pending},
+    ),
+    # Remembering creates a rule: only people who may answer the task do (the test counts the rules).
+    "respondToPermission.remember": ("answer", REMEMBER, lambda w: {"p": w.pending}),
+    "revokePermissionRule": (
+        "revoke",
+        "mutation($r: ID!) { revokePermissionRule(ruleId: $r) }",
+        lambda w: {"r": w.rule},
+    ),
+    "askPermission": (
+        "subscribe-agent",
+        ASK_PERMISSION,
+        lambda w: {"s": w.session, "n": "Bash", "i": BASH, "t": 5},
+    ),
     "agentPrompts": (
         "hold",
         "subscription($s: ID!) { agentPrompts(sessionId: $s) { turnId } }",
@@ -209,6 +258,15 @@ OPS: dict[str, tuple[str, str, Any]] = {
     ),
 }
 NEEDS_DETACHED_QUESTION = {"clarification", "respondToClarification"}
+NEEDS_DETACHED_PERMISSION = {
+    "permission",
+    "activePermission",
+    "respondToPermission",
+    "respondToPermission.remember",
+    "revokePermissionRule",
+}
+NEEDS_RULE = {"revokePermissionRule"}
+RULE_WRITES = {"respondToPermission.remember", "revokePermissionRule"}
 
 
 def can_read(role: str, scope: str) -> bool:
@@ -222,7 +280,7 @@ def expected(op: str, role: str, scope: str) -> str:
         return "UNAUTHENTICATED"
     if kind in ("list", "nullable", "summaries"):
         return "ok" if can_read(role, scope) else "hidden"
-    if kind in ("read", "subscribe"):
+    if kind in ("read", "subscribe", "active"):
         return "ok" if can_read(role, scope) else "NOT_FOUND"
     if kind == "answer":
         if not can_read(role, scope):
@@ -232,6 +290,12 @@ def expected(op: str, role: str, scope: str) -> str:
         # Only the waiting agent (or an admin) withdraws a question; for anyone else it is simply
         # not cancellable: false, with no hint whether it exists.
         return "true" if role == "admin" or (role == "agent" and scope == "own") else "false"
+    if kind == "revoke":
+        # People who may answer the task revoke its rules; readers who may not are told so; for
+        # anyone else there is no such rule: false, as for an unknown id.
+        if not can_read(role, scope):
+            return "false"
+        return "true" if role in ("admin", "user") else "FORBIDDEN"
     if kind == "admin":
         return "ok" if role == "admin" else "FORBIDDEN"
     # agent operations: the admin, or the agent in its own session; readers are told no, others see nothing
@@ -288,8 +352,11 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
             return ("ok" if world.task in {t["id"] for t in data["tasks"]} else "hidden"), ""
         if kind == "nullable":
             return ("ok" if next(iter(data.values())) is not None else "hidden"), ""
-        if kind == "cancel":
-            return str(data["cancelClarification"]).lower(), ""
+        if kind in ("cancel", "revoke"):
+            return str(next(iter(data.values()))).lower(), ""
+        if kind == "active":
+            found = [s["activePermission"] for s in data["taskSessions"] if s["activePermission"]]
+            return ("ok" if found else "hidden"), ""
         return "ok", ""
     finally:
         await client.aclose()
@@ -311,9 +378,15 @@ async def test_access_matrix(
                 got, message = await outcome(matrix_server, token, op, world)
         else:
             got, message = await outcome(matrix_server, token, op, world)
+        rules = await rules_of(admin, world.session) if op in RULE_WRITES else []
     finally:
         await admin.aclose()
     assert got == expected(op, role, scope)
+    # Rules change only through people who may answer the task: never an agent token, nor a reader.
+    if op == "respondToPermission.remember":
+        assert len(rules) == (1 if got == "ok" else 0)
+    if op == "revokePermissionRule":
+        assert rules == ([] if got == "true" else [world.rule])
     if got == "NOT_FOUND":
         # Indistinguishable from absence: the same words an unknown id gets, naming only what was asked.
         t, s, u, m, p = (f"ghost-{uuid.uuid4().hex[:6]}" for _ in range(5))

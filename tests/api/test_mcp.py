@@ -17,7 +17,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import INVALID_PARAMS, CallToolResult
 
-from backend.faults import CRASH_EXIT_CODE
 from tests.api.client import Client
 from tests.api.gql import GRANT, MESSAGES, START, running_session, token_for
 from tests.dialects import fresh_db
@@ -491,40 +490,6 @@ async def test_a_crash_between_queueing_and_delivery_loses_nothing_and_delivers_
     assert first["status"] == "answered"
     assert first["answers"][0]["selected"] == ["PostgreSQL"]
     assert again["status"] == "delivered"
-
-
-async def test_a_crash_right_after_the_queue_commit_still_delivers_once_after_restart(
-    own_database: str,
-) -> None:
-    crashing = Server(own_database, env={"TURNWISE_FAULT_POINTS": "inbox.after_queue"}).start()
-    try:
-        admin = Client(crashing.base_url, ADMIN_TOKEN)
-        try:
-            _, session_id, token = await agent_session(admin, "mcp crash after queue")
-            async with mcp_session(crashing.base_url, token) as mcp:
-                pending_id = await ask_detached(mcp)
-            with pytest.raises(httpx.HTTPError):
-                await respond(admin, pending_id, PICK_POSTGRES)  # the process dies under the request
-        finally:
-            await admin.aclose()
-        assert crashing.proc is not None
-        assert crashing.proc.wait(timeout=10) == CRASH_EXIT_CODE
-    finally:
-        crashing.kill()
-    with Server(own_database) as srv:
-        admin = Client(srv.base_url, ADMIN_TOKEN)
-        try:
-            seen = (await admin.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
-            assert seen["state"] == "TERMINAL", "the answer was kept, not restored"
-            first, again = await collect_twice(srv.base_url, token, pending_id)
-            # The successor's start event was replayed at startup: it is the current, visible turn.
-            turns = (await admin.execute(TURNS, {"s": session_id}))["sessionTurns"]
-        finally:
-            await admin.aclose()
-    assert first["status"] == "answered"
-    assert first["answers"][0]["custom_text"] == "with backups"
-    assert again["status"] == "delivered"
-    assert len(turns) == 2
 
 
 async def test_a_dropped_connection_detaches_the_question(server: Server, admin: Client) -> None:

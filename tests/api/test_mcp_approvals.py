@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -61,6 +62,18 @@ async def respond(admin: Client, pending_id: str, behavior: str, **kw: Any) -> d
     return dict((await admin.execute(RESPOND, variables))["respondToPermission"])
 
 
+# Everything a call could write, as clients read it.
+WRITTEN = """query($t: ID!, $s: ID!) {
+  taskSessions(taskId: $t) { state pendingAction pendingActionRevision { epoch sequence }
+                             activePermission { pendingId state } }
+  sessionMessages(sessionId: $s) { id kind }
+  sessionTurns(sessionId: $s) { id } }"""
+
+
+async def written(admin: Client, task_id: str, session_id: str) -> dict[str, Any]:
+    return await admin.execute(WRITTEN, {"t": task_id, "s": session_id})
+
+
 async def active_permission(admin: Client, task_id: str, state: str = "ACTIVE_LIVE") -> dict[str, Any]:
     for _ in range(400):
         for s in (await admin.execute(ACTIVE, {"t": task_id}))["taskSessions"]:
@@ -69,6 +82,20 @@ async def active_permission(admin: Client, task_id: str, state: str = "ACTIVE_LI
                 return dict(request)
         await asyncio.sleep(0.025)
     raise AssertionError(f"no permission request reached {state}")
+
+
+async def denied_for_now(mcp: ClientSession) -> str:
+    """Claude Code's call with no decision in time: denied for now, saying the request stays open
+    and naming it. Its pending id."""
+    result = await mcp.call_tool("approve_tool_use", {**CALL, "timeout_seconds": 0.2})
+    verdict = as_claude_code_reads(result)
+    assert verdict["behavior"] == "deny"
+    assert "stays open" in verdict["message"]
+    assert result.structuredContent is not None
+    assert result.structuredContent["status"] == "detached"
+    pending_id = str(result.structuredContent["pending_id"])
+    assert pending_id in verdict["message"]
+    return pending_id
 
 
 async def decided_while_asking(
@@ -161,14 +188,7 @@ async def test_no_decision_in_time_denies_for_now_and_a_late_allow_reaches_the_a
 ) -> None:
     task_id, session_id, token = await agent_session(admin, "late allow")
     async with mcp_session(server.base_url, token) as mcp:
-        result = await mcp.call_tool("approve_tool_use", {**CALL, "timeout_seconds": 0.2})
-        verdict = as_claude_code_reads(result)
-        assert verdict["behavior"] == "deny"
-        assert "stays open" in verdict["message"]
-        assert result.structuredContent is not None
-        assert result.structuredContent["status"] == "detached"
-        pending_id = str(result.structuredContent["pending_id"])
-        assert pending_id in verdict["message"]
+        pending_id = await denied_for_now(mcp)
         request = await active_permission(admin, task_id, "ACTIVE_DETACHED")
         assert request["pendingId"] == pending_id
     late = await respond(admin, pending_id, "ALLOW")
@@ -182,9 +202,7 @@ async def test_no_decision_in_time_denies_for_now_and_a_late_allow_reaches_the_a
         assert second.structuredContent["status"] == "delivered"
     # A stale decision: newer work superseded a detached request; the person's ALLOW is refused.
     async with mcp_session(server.base_url, token) as mcp:
-        stale = await mcp.call_tool("approve_tool_use", {**CALL, "timeout_seconds": 0.2})
-        assert stale.structuredContent is not None
-        stale_id = str(stale.structuredContent["pending_id"])
+        stale_id = await denied_for_now(mcp)
     await admin.execute(START, {"s": session_id})
     conflict = await respond(admin, stale_id, "ALLOW")
     assert conflict == {"__typename": "ClarificationConflict", "reason": "SUPERSEDED"}
@@ -209,3 +227,76 @@ async def test_always_allow_decides_the_next_matching_call_at_once_until_revoked
         assert (await admin.execute(RULES, {"s": session_id}))["permissionRules"] == []
         result, _ = await decided_while_asking(mcp, admin, task_id, "DENY")
         assert as_claude_code_reads(result)["behavior"] == "deny"
+
+
+MISSING = object()  # an argument left out
+BAD_CALLS = [
+    ({"tool_name": ""}, "tool_name"),
+    ({"tool_name": " "}, "tool_name"),
+    ({"tool_name": 7}, "tool_name"),
+    ({"tool_name": "Bash\nrm -rf /"}, "tool_name"),
+    ({"tool_name": None}, "tool_name"),
+    ({"input": MISSING}, "input"),
+    ({"input": {"command": "x" * 64_001}}, "input"),
+    ({"tool_use_id": ""}, "tool_use_id"),
+    ({"tool_use_id": "t" * 201}, "tool_use_id"),
+    ({"tool_use_id": 7}, "tool_use_id"),
+    ({"tool_use_id": "toolu_1\ntoolu_2"}, "tool_use_id"),
+    ({"context": "c" * 4001}, "context"),
+    ({"context": 7}, "context"),
+]
+
+
+@pytest.mark.parametrize(("bad", "field"), BAD_CALLS, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD_CALLS)])
+async def test_a_bad_call_is_a_tool_error_naming_the_field_and_writes_nothing(
+    server: Server, admin: Client, bad: dict[str, Any], field: str
+) -> None:
+    task_id, session_id, token = await agent_session(admin, f"bad call {field} {uuid.uuid4().hex[:8]}")
+    before = await written(admin, task_id, session_id)
+    arguments = {k: v for k, v in {**CALL, **bad}.items() if v is not MISSING}
+    async with mcp_session(server.base_url, token) as mcp:
+        # Bounded: a refusal comes at once, and a call taken for valid would wait for a decision.
+        result = await asyncio.wait_for(mcp.call_tool("approve_tool_use", arguments), 10)
+    assert result.isError, result
+    text = str(getattr(result.content[0], "text", ""))
+    assert text.startswith(f"{field}:"), text
+    assert await written(admin, task_id, session_id) == before
+
+
+async def test_waiting_again_on_an_open_request_never_asks_anew_even_when_a_rule_now_allows_it(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id, token = await agent_session(admin, "wait again")
+    async with mcp_session(server.base_url, token) as mcp:
+        pending_id = await denied_for_now(mcp)
+        # Meanwhile the same call, asked again as another tool use, is always-allowed.
+        again = {**CALL, "tool_use_id": "toolu_other"}
+        call = asyncio.create_task(mcp.call_tool("approve_tool_use", again))
+        other = await active_permission(admin, task_id)
+        assert other["pendingId"] != pending_id
+        await respond(admin, other["pendingId"], "ALLOW", remember=True)
+        assert as_claude_code_reads(await asyncio.wait_for(call, 30))["behavior"] == "allow"
+        assert len((await admin.execute(RULES, {"s": session_id}))["permissionRules"]) == 1
+        before = await written(admin, task_id, session_id)
+        # Waiting on the open request waits on it: no new request, nor a rule's decision of one.
+        waited = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id, "timeout_seconds": 0.3})
+        assert waited.structuredContent is not None
+        assert (waited.structuredContent["status"], waited.structuredContent["pending_id"]) == (
+            "detached",
+            pending_id,
+        )
+        after = await written(admin, task_id, session_id)
+        assert after["sessionMessages"] == before["sessionMessages"]
+        request = (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]
+        assert request["state"] == "ACTIVE_DETACHED"
+        # And the person's decision on it reaches the agent waiting again.
+        waiting = asyncio.create_task(mcp.call_tool("wait_for_answer", {"pending_id": pending_id}))
+        live = await active_permission(admin, task_id)
+        assert live["pendingId"] == pending_id
+        decided = await respond(admin, pending_id, "ALLOW")
+        assert decided["__typename"] == "PermissionResponded"
+        result = await asyncio.wait_for(waiting, 30)
+    assert as_claude_code_reads(result) == {"behavior": "allow", "updatedInput": CALL["input"]}
+    assert result.structuredContent is not None
+    assert result.structuredContent["pending_id"] == pending_id
+    assert "auto" not in result.structuredContent

@@ -19,7 +19,7 @@ from backend.db.engine import Database
 from backend.db.tables import task_session_messages as M
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import Answer, Bundle, Claim, WaitOutcome
-from backend.domain.permissions import ALLOW, DENY, Decision, request_of
+from backend.domain.permissions import ALLOW, DENY, Decision, Sent, request_of
 from backend.domain.states import PendingActionKind
 from backend.services.bundles import trusted
 from backend.services.container import Services
@@ -171,7 +171,7 @@ class ToolAgent:
 
 
 async def decide(svc: Services, pending_id: str, behavior: str = "allow", **kw: Any) -> lc.RespondOutcome:
-    return await svc.permissions.respond(pending_id, behavior, decided_by="u1", authorize=trusted, **kw)
+    return await svc.permissions.respond(pending_id, Sent(behavior, **kw), decided_by="u1", authorize=trusted)
 
 
 Driver = Agent | ToolAgent

@@ -1,4 +1,6 @@
-"""Ask, wait, detach and respond through the service, on SQLite and PostgreSQL."""
+"""Ask, wait, detach and respond through the service, on SQLite and PostgreSQL; the scenarios that hold
+for every kind of pending action (S01, S15, S16, S22) run for a question and a permission request
+alike (the `kind` fixture)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,19 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
+from backend.domain.permissions import Decision
 from backend.services.bundles import trusted
+from backend.services.clarifications import TaskAdvanceBlocked
 from backend.services.container import Services
 from backend.services.resume import ResumeOutcome
 from backend.services.uow import Work
 from tests.lifecycle.support import (
+    BASH,
+    CLARIFICATION,
+    PERMISSION,
     QUESTION,
     Agent,
+    Kind,
     ScriptedResumer,
     all_metadata,
     new_session,
@@ -131,15 +139,21 @@ async def test_identical_questions_asked_again_while_active_reuse_the_bundle(db:
 
 
 @pytest.mark.scenario("S22")
-@pytest.mark.parametrize("count", [1, 2], ids=["one-question", "two-questions"])
+@pytest.mark.parametrize(
+    ("kind", "count"),
+    [(CLARIFICATION, 1), (CLARIFICATION, 2), (PERMISSION, 1)],
+    indirect=["kind"],
+    ids=["clarification-one-question", "clarification-two-questions", "permission"],
+)
 async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
-    db: Database, monkeypatch: pytest.MonkeyPatch, count: int
+    db: Database, monkeypatch: pytest.MonkeyPatch, kind: Kind, count: int
 ) -> None:
-    # One question: on PostgreSQL the confirmation is one message of its own (`prepared.run_alone`);
-    # two: a unit of work. Either way it commits before the agent sees the answer.
+    # One row (a question, a permission request): on PostgreSQL the confirmation is one message of
+    # its own (`prepared.run_alone`); two questions: a unit of work. Either way it commits before the
+    # agent sees the answer (or the decision).
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, questions(count))
+        agent = await kind.ask(svc, session_id, qs=questions(count))
         order: list[str] = []
         agent.wait().add_done_callback(lambda _: order.append("agent received the answer"))
         # Hold the waiter's confirmation write until the test lets it go.
@@ -156,10 +170,13 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         monkeypatch.setattr(svc.clarifications, "_finalize", held)
         answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")][:count]
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
+            kind.answer(svc, agent.pending_id)
+            if kind.is_permission
+            else svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(entered.wait(), 10)  # the hand-off reached the waiter
         claimed = await rows(db, agent.pending_id)
+        assert len(claimed) == count
         assert {r["status"] for r in claimed} == {"answered"}
         assert all(r.get("response_delivery_pending") for r in claimed)
         await asyncio.sleep(0.1)  # the waiter holds the answer: it was enqueued, not confirmed
@@ -172,10 +189,13 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         outcome = await agent.outcome()
         assert order == ["confirmation committed", "agent received the answer"]
         assert isinstance(outcome, lc.Answered)
-        expected = {"q1": (("q1_opt2",), None), "q2": ((), "neither")}
-        assert {a.question_id: (a.selected_option_ids, a.custom_text) for a in outcome.question_answers} == {
-            q: expected[q] for q in list(expected)[:count]
-        }
+        if kind.is_permission:
+            assert outcome.answers == (Decision("allow", BASH),)
+        else:
+            expected = {"q1": (("q1_opt2",), None), "q2": ((), "neither")}
+            assert {
+                a.question_id: (a.selected_option_ids, a.custom_text) for a in outcome.question_answers
+            } == {q: expected[q] for q in list(expected)[:count]}
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"answered"}
         assert not any(r.get("response_delivery_pending") for r in stored)
@@ -193,18 +213,37 @@ async def test_skip_of_a_live_bundle_is_delivered_to_the_same_turn_waiter(db: Da
 
 
 @pytest.mark.scenario("S01")
-async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Database) -> None:
+async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Database, kind: Kind) -> None:
+    """A question (or a permission request) whose wait runs out stays visible, answerable and
+    blocking the workflow."""
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
+        svc.clarifications.resumer = resumer
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
         assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
+        # Visible: the session advertises it, and it is the session's active action of its kind.
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
-        assert projection.pending_action == "clarification"
-        assert (
-            await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
-        ).__class__.__name__ == "TaskAdvanceBlocked"
+        assert projection.pending_action == kind.value.value
+        assert (await kind.active(svc, [session_id]))[session_id].pending_id == agent.pending_id
+        summary = (await svc.summaries.refresh([task_id]))[task_id]
+        assert summary.pending_action == kind.value.value
+        blocked = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        assert isinstance(blocked, TaskAdvanceBlocked)
+        assert blocked.session_id == session_id
+        assert (await svc.reads.task(task_id)).workflow_step == "todo"
+        # Answerable: the late answer resumes the agent with exactly that answer.
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        assert bundle is not None
+        result = await kind.answer(svc, agent.pending_id)
+        assert isinstance(result, lc.Responded)
+        assert result.resumed is True
+        (claim,) = resumer.claims
+        assert claim.answers == kind.answers(bundle)
+        if kind.is_permission:
+            assert claim.answers == (Decision("allow", BASH),)
         await agent.close()
 
 
@@ -251,58 +290,62 @@ async def test_detached_current_turn_rejection_persists_without_resuming(db: Dat
 
 @pytest.mark.scenario("S16")
 async def test_detached_answer_not_accepted_by_the_resume_seam_keeps_the_question_answerable(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     # The real resume path (orchestrator, reservation, dispatch) with an executor that refuses once.
     async with resuming(db, ["rejected", "accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         before = await turn_rows(db, session_id)
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            result = await kind.answer(svc, agent.pending_id)
         assert isinstance(result, lc.DeliveryFailed)
         assert result.retryable is True
         assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         stored = await rows(db, agent.pending_id)
-        assert {r["status"] for r in stored} == {"pending"}
+        assert [r["status"] for r in stored] == ["pending"]
         assert not any("response" in r or "response_delivery_pending" in r for r in stored)
         # The restored rows are published so other clients converge.
         assert log.kinds("message.updated") == [stored[0]["id"]]
         # The refused dispatch left no turn behind to supersede the bundle.
         assert await turn_rows(db, session_id) == before
         # A retry goes through the same seam and the agent gets exactly one accepted resume request.
-        retry = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        retry = await kind.answer(svc, agent.pending_id)
         assert isinstance(retry, lc.Responded)
         assert retry.resumed is True
         refused, accepted = executor.received
         assert refused.turn_id != accepted.turn_id
         assert accepted.pending_id == agent.pending_id
-        assert "Which database?" in accepted.prompt
+        assert kind.in_prompt() in accepted.prompt
+        if kind.is_permission:
+            assert "The user allowed it" in accepted.prompt
         turns_now = await turn_rows(db, session_id)
         assert [t["id"] for t in turns_now] == [before[0]["id"], accepted.turn_id]
         assert not any(k.startswith("prompt_dispatch_") for k in turns_now[1]["metadata"])
         answered = await rows(db, agent.pending_id)
         assert [(r["id"], r["status"]) for r in answered] == [(stored[0]["id"], "answered")]
+        (answer,) = kind.answers(retry.bundle)
+        assert answered[0]["response"] == answer.as_response()
         assert "response_delivery_pending" not in answered[0]
         await agent.close()
 
 
 @pytest.mark.scenario("S15")
-async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database) -> None:
+async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database, kind: Kind) -> None:
+    """A stale browser's answer or skip (allow or deny) gets a conflict, writes nothing and resumes
+    nobody."""
     async with running(db) as svc:
-        session_id, agent, resumer = await detached_with_resumer(svc)
+        _, session_id = await new_session(svc)
+        resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
+        svc.clarifications.resumer = resumer
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
+        await agent.outcome()
         await svc.operations.start_turn(session_id)
         before = await all_metadata(db)
         async with recording(svc) as log:
-            for rejected in (False, True):
-                result = await svc.clarifications.respond(
-                    agent.pending_id, [] if rejected else yes("q1"), rejected=rejected, authorize=trusted
-                )
+            for respond in (kind.answer, kind.skip_or_deny):
+                result = await respond(svc, agent.pending_id)
                 assert isinstance(result, lc.Conflict)
                 assert result.reason == ConflictReason.SUPERSEDED
                 assert result.bundle is not None

@@ -9,7 +9,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput, NotFound
 from backend.domain.lifecycle import BundleState, ConflictReason
-from backend.domain.permissions import Decision
+from backend.domain.permissions import Decision, RuleRef
 from backend.domain.states import PendingActionKind
 from backend.services.bundles import trusted
 from backend.services.resume import ResumeOutcome
@@ -133,7 +133,9 @@ async def test_a_remembered_allow_decides_the_next_matching_request_at_once_unti
         assert (rule.tool_name, rule.input, rule.any_input) == ("Bash", BASH, False)
         again = await ToolAgent.ask(svc, session_id)
         assert isinstance(again.first, lc.Decided)
-        assert again.first.answers == (Decision("allow", BASH, auto=True, rule_id=rule.id),)
+        assert again.first.answers == (
+            Decision("allow", BASH, auto=True, rule=RuleRef(rule.id, "Bash", False)),
+        )
         (stored,) = await rows(db, again.pending_id)
         assert (stored["status"], stored["response"]["auto"]) == ("answered", True)
         assert (await svc.reads.session(session_id)).state == "RUNNING"
