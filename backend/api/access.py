@@ -39,10 +39,11 @@ def require_session_read(principal: Principal, session_id: str, task_id: str) ->
 
 
 def require_task_answer(principal: Principal, task_id: str) -> None:
-    """Answer, skip or cancel a clarification of the task (support staff and agents only read)."""
+    """Answer, skip or cancel a pending action of the task, or change its session's permission rules
+    (support staff and agents only read)."""
     require_task_read(principal, task_id)
     if principal.role not in ("admin", "user"):
-        raise Forbidden(f"the {principal.role} role cannot answer clarifications")
+        raise Forbidden(f"the {principal.role} role cannot answer questions or decide permission requests")
 
 
 def require_session_agent(principal: Principal, session_id: str, task_id: str | None = None) -> None:
