@@ -30,11 +30,15 @@ $(STAMP): pyproject.toml $(LOCK)
 install: $(STAMP)
 
 # Regenerate the lock after changing dependencies in pyproject.toml (then `make install`).
+# requirements-bench.lock: the `bench` extra (LangGraph for `bench cycle`), installed by `make bench`
+# alone, compiled against the main lock so that it keeps every version the main lock has.
 lock:
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check '$(UV)'
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra redis --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command 'make lock' --quiet -o $(LOCK)
+	$(BIN)/uv pip compile pyproject.toml --extra bench -c $(LOCK) --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command 'make lock' --quiet -o requirements-bench.lock
 
 assets:
 	bash scripts/install-assets.sh
@@ -75,7 +79,10 @@ test-fast: install
 scenarios: install
 	$(BIN)/python scripts/scenarios.py
 
+# The benches need the `bench` extra besides the main lock (`bench cycle` runs LangGraph beside the floor).
 bench: install
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements-bench.lock
+	$(BIN)/pip check
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

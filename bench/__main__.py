@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 # Modules the benches use, not benches themselves.
-HELPERS = frozenset({"common", "floor", "wire"})
+HELPERS = frozenset({"common", "floor", "langgraph_cycle", "wire"})
 
 
 def available() -> list[str]:
