@@ -115,14 +115,17 @@ class Settings:
     ws_compression: bool = False
     # Reach (backend/services/reach.py): a person is told of a pending action still open after
     # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
-    # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. The
-    # worker looks at the outbox every notify_poll_seconds (rows another process wrote, retries,
-    # closes); one send may take notify_send_seconds. Finished outbox rows are deleted after
-    # notify_keep_days. public_url makes the links in messages.
+    # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. An ask
+    # that wrote outbox rows wakes every process's worker for their due time (through the bus); an
+    # idle worker otherwise looks at the outbox only every notify_idle_seconds, and every
+    # notify_poll_seconds while delivered pushes await their close (or after a failed pass); one
+    # send may take notify_send_seconds. Finished outbox rows are deleted after notify_keep_days.
+    # public_url makes the links in messages.
     notify_after_seconds: float = 30.0
     notify_retry_seconds: float = 600.0
     notify_backoff_seconds: float = 1.0
     notify_poll_seconds: float = 0.5
+    notify_idle_seconds: float = 30.0
     notify_send_seconds: float = 10.0
     notify_keep_days: float = 7.0
     public_url: str | None = None
@@ -148,6 +151,7 @@ class Settings:
             notify_retry_seconds=_float("TURNWISE_NOTIFY_RETRY_SECONDS", base.notify_retry_seconds),
             notify_backoff_seconds=_float("TURNWISE_NOTIFY_BACKOFF_SECONDS", base.notify_backoff_seconds),
             notify_poll_seconds=_float("TURNWISE_NOTIFY_POLL_SECONDS", base.notify_poll_seconds),
+            notify_idle_seconds=_float("TURNWISE_NOTIFY_IDLE_SECONDS", base.notify_idle_seconds),
             notify_send_seconds=_float("TURNWISE_NOTIFY_SEND_SECONDS", base.notify_send_seconds),
             notify_keep_days=_float("TURNWISE_NOTIFY_KEEP_DAYS", base.notify_keep_days),
             public_url=os.environ.get("TURNWISE_PUBLIC_URL") or None,

@@ -25,7 +25,7 @@ from backend.domain.ids import new_id
 from backend.domain.lifecycle import BundleRow, Spec
 from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
-from backend.repository import rows, summaries, tasks
+from backend.repository import reach, rows, summaries, tasks
 from backend.repository.authority import (
     PENDING_ACTION_TYPES,
     active_pending_rows,
@@ -396,24 +396,40 @@ _ASK_SET_WAITING = (
     .returning(S.c.id)
     .cte("set_waiting")
 )
-_ASK_AND_INSERT = Prepared(
-    select(
+# ... and, for an ask that tells people (`outbox`), the notification outbox's rows of the new bundle
+# (`reach.ask_outbox_insert`), only when its row was inserted, for the context's task and session.
+_ASK_OUTBOX = reach.ask_outbox_insert(
+    task_id=_ASK_CTX.c.task_id, session_id=_ASK_CTX.c.id, where=[exists(select(_ASK_INSERTED.c.id))]
+).cte("outbox")
+
+
+def _ask_and_insert(*, outbox: bool) -> Prepared:
+    columns = [
         *_ASK_CTX.c,
         select(_ASK_INSERTED.c.id).scalar_subquery().label("inserted"),
         select(func.count()).select_from(_ASK_SET_WAITING).scalar_subquery().label("set_waiting"),
-    )
-)
+    ]
+    if outbox:
+        columns.append(select(func.count()).select_from(_ASK_OUTBOX).scalar_subquery().label("outbox"))
+    return Prepared(select(*columns))
+
+
+_ASK_AND_INSERT = _ask_and_insert(outbox=False)
+_ASK_AND_INSERT_NOTIFYING = _ask_and_insert(outbox=True)
 
 
 @dataclass(frozen=True, slots=True)
 class AskContext:
     """The session as the ask found it, its current turn, the active bundle an identical ask would
-    re-attach to, and (`ask_context_inserting`) the bundle's rows when the statement already inserted them."""
+    re-attach to, and (`ask_context_inserting`) the bundle's rows when the statement already inserted
+    them, with the number of notification outbox rows it wrote for them (None: it wrote none, the
+    caller writes them with `reach.enqueue_ask`)."""
 
     session: SessionRecord
     turn_id: str | None
     reusable: str | None
     inserted: list[MessageRecord] | None = None
+    outbox_rows: int | None = None
 
 
 async def ask_context_inserting(
@@ -426,11 +442,13 @@ async def ask_context_inserting(
     signature: str,
     waiter_id: str,
     waiter_instance: str,
+    outbox: reach.AskOutbox | None = None,
 ) -> AskContext:
     """`ask_context`; and on PostgreSQL, for a one-question ask in the common case (a live session
     with a current turn and no identical active bundle), `insert_bundle` with the session set
-    waiting, in the same statement. `inserted` is None when it inserted nothing: the caller decides
-    from the context."""
+    waiting, and with `outbox` the bundle's notification outbox rows (`reach.enqueue_ask`), in the
+    same statement. `inserted` is None when it inserted nothing: the caller decides from the
+    context."""
     if len(questions) != 1 or conn.dialect.name != "postgresql":
         session, turn, reusable = await ask_context(conn, session_id, signature)
         return AskContext(session, turn, reusable)
@@ -438,14 +456,18 @@ async def ask_context_inserting(
         session_id, "", pending_id, questions, context, signature, waiter_id, waiter_instance
     )
     params = {**_row_values(record), "b_session": session_id, "b_signature": signature}
-    row = await _ASK_AND_INSERT.first(conn, params)
+    if outbox is None:
+        row = await _ASK_AND_INSERT.first(conn, params)
+    else:
+        row = await _ASK_AND_INSERT_NOTIFYING.first(conn, {**params, **outbox.params(pending_id)})
     if row is None:
         raise NotFound("session", session_id)
     turn = None if row.current_turn is None else str(row.current_turn)
     found = AskContext(rows.session(row), turn, None if row.reusable is None else str(row.reusable))
     if row.inserted is None:
         return found
-    return replace(found, inserted=[replace(record, turn_id=str(turn))])
+    written = None if outbox is None else int(row.outbox)
+    return replace(found, inserted=[replace(record, turn_id=str(turn))], outbox_rows=written)
 
 
 async def attach_waiter(

@@ -151,24 +151,44 @@ _B_DEADLINE = bindparam("b_deadline", type_=O.c.deadline_at.type)
 _B_NOW = bindparam("b_now", type_=O.c.created_at.type)
 
 
-def _sees_task(user_id: Any) -> Any:
-    """The user may read the task `b_task`: a role that reads every task, or a grant."""
-    return exists().where(
-        U.c.id == user_id,
-        or_(
-            U.c.role.in_(READ_ALL_ROLES),
-            and_(U.c.role == "user", exists().where(G.c.user_id == user_id, G.c.task_id == _B_TASK)),
-        ),
+@dataclass(frozen=True, slots=True)
+class AskOutbox:
+    """When the outbox rows of one ask are due, given up and written (the ask's bind values)."""
+
+    due_at: dt.datetime
+    deadline_at: dt.datetime
+    created_at: dt.datetime
+
+    def params(self, pending_id: str) -> dict[str, Any]:
+        return {
+            "b_pending": pending_id,
+            "b_due": self.due_at,
+            "b_deadline": self.deadline_at,
+            "b_now": self.created_at,
+        }
+
+
+def _sees_task(user_id: Any, task_id: Any) -> Any:
+    """The user may read the task `task_id`: a role that reads every task, or a grant. Everything
+    but its own table is correlated (the destination's user, the task's expression): a grant of
+    another user with a destination never counts."""
+    granted = exists().where(G.c.user_id == U.c.id, G.c.task_id == task_id).correlate_except(G)
+    return (
+        exists()
+        .where(U.c.id == user_id, or_(U.c.role.in_(READ_ALL_ROLES), and_(U.c.role == "user", granted)))
+        .correlate_except(U)
     )
 
 
-def _destinations(table: Any, destination: str, kind: str) -> Any:
+def _destinations(
+    table: Any, destination: str, kind: str, *, pending_id: Any, task_id: Any, session_id: Any, where: Any
+) -> Any:
     return select(
-        (_B_PENDING + literal(f":{kind[0]}{destination[0]}:") + table.c.id).label("id"),
-        _B_PENDING.label("pending_id"),
+        (pending_id + literal(f":{kind[0]}{destination[0]}:") + table.c.id).label("id"),
+        pending_id.label("pending_id"),
         literal(kind).label("kind"),
-        _B_TASK.label("task_id"),
-        _B_SESSION.label("session_id"),
+        task_id.label("task_id"),
+        session_id.label("session_id"),
         literal(destination).label("destination"),
         table.c.id.label("destination_id"),
         literal(QUEUED).label("status"),
@@ -176,7 +196,7 @@ def _destinations(table: Any, destination: str, kind: str) -> Any:
         _B_DEADLINE.label("deadline_at"),
         literal(0).label("attempts"),
         _B_NOW.label("created_at"),
-    ).where(_sees_task(table.c.user_id))
+    ).where(_sees_task(table.c.user_id, task_id), *where)
 
 
 _COLUMNS = [
@@ -193,37 +213,39 @@ _COLUMNS = [
     "attempts",
     "created_at",
 ]
-# What a new pending action's ask writes, in its own unit of work: one row per destination of
-# every user who can see the task. One statement, whatever the number of destinations (none too).
-_ENQUEUE_ASK = Prepared(
-    O.insert().from_select(
-        _COLUMNS, union_all(_destinations(P, PUSH, PENDING), _destinations(C, CHANNEL, PENDING))
+
+
+def ask_outbox_insert(*, task_id: Any, session_id: Any, where: Sequence[Any] = ()) -> Any:
+    """What a new pending action's ask writes: one outbox row per destination (push subscription,
+    channel) of every user who can see the task, whatever their number (none too), returning each
+    row's id. `task_id`, `session_id`: the values or expressions (a CTE's columns) of the ask; the
+    pending id is `b_pending`, the times `b_due`, `b_deadline` and `b_now` (`AskOutbox.params`);
+    `where`: conditions every row also needs (the bundle's row was inserted, say)."""
+    rows = {"pending_id": _B_PENDING, "task_id": task_id, "session_id": session_id, "where": where}
+    return (
+        O.insert()
+        .from_select(
+            _COLUMNS,
+            union_all(_destinations(P, PUSH, PENDING, **rows), _destinations(C, CHANNEL, PENDING, **rows)),
+        )
+        .returning(O.c.id)
     )
-)
+
+
+# In the ask's own unit of work, when the ask's statement did not write them itself (SQLite, a
+# question bundle of several, ...): one statement.
+_ENQUEUE_ASK = Prepared(ask_outbox_insert(task_id=_B_TASK, session_id=_B_SESSION))
 
 
 async def enqueue_ask(
-    conn: AsyncConnection,
-    *,
-    pending_id: str,
-    task_id: str,
-    session_id: str,
-    due_at: dt.datetime,
-    deadline_at: dt.datetime,
-) -> None:
-    await _ENQUEUE_ASK.many(
-        conn,
-        [
-            {
-                "b_pending": pending_id,
-                "b_task": task_id,
-                "b_session": session_id,
-                "b_due": due_at,
-                "b_deadline": deadline_at,
-                "b_now": utcnow(),
-            }
-        ],
+    conn: AsyncConnection, *, pending_id: str, task_id: str, session_id: str, outbox: AskOutbox
+) -> int:
+    """The outbox rows of a new pending action, in the ask's unit of work; how many (0: nobody who
+    sees the task has a destination)."""
+    written = await _ENQUEUE_ASK.rows(
+        conn, {**outbox.params(pending_id), "b_task": task_id, "b_session": session_id}
     )
+    return len(written)
 
 
 async def claim_due(
@@ -387,22 +409,24 @@ async def ensure_bootstrap_user(conn: AsyncConnection) -> None:
 @dataclass(frozen=True, slots=True)
 class Outlook:
     next_due: dt.datetime | None  # the earliest queued row
-    stale_sends: bool  # rows a dead process left `sending`
+    next_lease_end: dt.datetime | None  # the earliest claim of a row being sent to run out
     awaiting_close: bool  # delivered pushes whose close is not queued yet
+
+    def stale_sends(self, now: dt.datetime) -> bool:
+        """Rows a dead process left `sending` (their claim ran out)."""
+        return self.next_lease_end is not None and self.next_lease_end < now
 
 
 _OUTLOOK = select(
     select(func.min(O.c.due_at)).where(O.c.status == QUEUED).scalar_subquery().label("next_due"),
-    exists()
-    .where(O.c.status == SENDING, O.c.claimed_until < bindparam("b_now", type_=O.c.claimed_until.type))
-    .label("stale"),
+    select(func.min(O.c.claimed_until)).where(O.c.status == SENDING).scalar_subquery().label("lease_end"),
     exists()
     .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
     .label("awaiting_close"),
 )
 
 
-async def outlook(conn: AsyncConnection, now: dt.datetime) -> Outlook:
+async def outlook(conn: AsyncConnection) -> Outlook:
     """What the worker has to do, in one read: nothing at all is the common case."""
-    row = (await conn.execute(_OUTLOOK, {"b_now": now})).one()
-    return Outlook(row.next_due, bool(row.stale), bool(row.awaiting_close))
+    row = (await conn.execute(_OUTLOOK)).one()
+    return Outlook(row.next_due, row.lease_end, bool(row.awaiting_close))

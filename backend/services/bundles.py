@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -26,11 +26,13 @@ from backend.domain.lifecycle import (
 from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import clarifications as repo
 from backend.repository import instances
+from backend.repository.reach import AskOutbox
 from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.events_out import publish_session_change
 from backend.services.restorer import Restorer
 from backend.services.resume import NotWiredResumer, Resumer
+from backend.services.uow import Work
 from backend.services.waiters import WaiterHub
 
 log = logging.getLogger("turnwise.clarification")
@@ -45,6 +47,28 @@ def trusted(_task_id: str, _session_id: str | None) -> None:
     """The authorizer of in-process callers acting for the system itself (never the API's)."""
 
 
+class AskNotifier(Protocol):
+    """Who hears of a new pending action in its ask's unit of work (the reach service)."""
+
+    def ask_outbox(self) -> AskOutbox:
+        """When the ask's notification outbox rows are due (read before the ask's statements, which
+        may write the rows themselves)."""
+        ...
+
+    async def asked(
+        self,
+        work: Work,
+        pending_id: str,
+        task_id: str,
+        session_id: str,
+        outbox: AskOutbox,
+        written: int | None,
+    ) -> None:
+        """A new pending action was written in `work`; `written`: how many outbox rows the ask's
+        own statement wrote for it (None: none, the notifier writes them)."""
+        ...
+
+
 @dataclass
 class PendingActionsBase:
     """What every part of the pending-action lifecycle shares: its collaborators and the bundle reads."""
@@ -57,9 +81,9 @@ class PendingActionsBase:
     # The primary-answer watchdog's synchronous notifier: called inside the finalized confirmation
     # boundary, before the answer is returned to the agent, so the agent cannot act before it is armed.
     primary_answer_notifier: Callable[[Claim], None] | None = None
-    # Called in the ask's unit of work for a new pending action (pending id, task, session): the
-    # notification outbox's rows (backend/services/reach.py), committed with the ask or not at all.
-    on_asked: Callable[[AsyncConnection, str, str, str], Awaitable[None]] | None = None
+    # Told in the ask's unit of work of each new pending action: the notification outbox's rows
+    # (backend/services/reach.py), committed with the ask or not at all.
+    on_asked: AskNotifier | None = None
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
     # pending id -> session, for bundles this process asked or answered: a bundle never changes
     # session, so a respond to one of them locks its session without first looking it up.

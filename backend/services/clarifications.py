@@ -187,6 +187,11 @@ class Clarifications(Responding):
             conn = w.conn
             pending_id = new_id()
             inserted: list[MessageRecord] | None = None
+            # A new pending action tells people: when (its outbox rows may be written by the
+            # statement that reads the context, and are written below otherwise).
+            notifier = self.on_asked
+            outbox = None if notifier is None or attach_to is not None else notifier.ask_outbox()
+            written: int | None = None
             if attach_to is not None:
                 # Waiting again: never a new row, nor a rule's decision; only the open bundle itself.
                 session, turn_id, reused = await repo.ask_context(conn, session_id, signature)
@@ -208,12 +213,14 @@ class Clarifications(Responding):
                     signature=signature,
                     waiter_id=waiter.waiter_id,
                     waiter_instance=self.hub.instance_id,
+                    outbox=outbox,
                 )
-                session, turn_id, reused, inserted = (
+                session, turn_id, reused, inserted, written = (
                     found.session,
                     found.turn_id,
                     found.reusable,
                     found.inserted,
+                    found.outbox_rows,
                 )
             # A new row needs a turn to belong to; asking may open the session's first turn.
             turn_id = await turn_for_new_rows(w, session, turn_id, _what(specs))
@@ -242,8 +249,8 @@ class Clarifications(Responding):
                     state=None if session.state == SessionState.WAITING_FOR_INPUT else waiting,
                 )
                 changed = [r.id for r in records]
-                if self.on_asked is not None:
-                    await self.on_asked(conn, pending_id, session.task_id, session_id)
+                if notifier is not None and outbox is not None:
+                    await notifier.asked(w, pending_id, session.task_id, session_id, outbox, written)
                 # What was just written, as the re-read would find it: this process's live waiter.
                 bundle = Bundle(
                     pending_id=pending_id,

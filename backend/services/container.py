@@ -90,7 +90,7 @@ class Services:
             resumer=inbox,
             refresh_summaries=summaries.refresh,
             primary_answer_notifier=watchdogs.arm,
-            on_asked=reach.asked,
+            on_asked=reach,
         )
         return cls(
             deps=deps,

@@ -1,11 +1,17 @@
 """Reach: a person hears of a pending action with no tab open (Web Push, chat and mail channels).
 
 Whom to tell is decided from the committed ask: `asked` writes one outbox row per destination of
-every user who can see the task, in the ask's own unit of work (one statement), so an ask never
-waits for a notification and a notification never exists for an ask that rolled back. The worker
-(one loop per process) then, every `notify_poll_seconds` (its own process's asks also wake it at
-their due time; rows another process wrote are found by that poll, so a push goes out within
-`notify_after_seconds` plus about the poll on any process):
+every user who can see the task, in the ask's own unit of work (one statement; on PostgreSQL a
+one-question ask's own statement writes them, `repository.clarifications.ask_context_inserting`),
+so an ask never waits for a notification and a notification never exists for an ask that rolled
+back. An ask that wrote rows (somebody has a destination) then wakes the workers for their due time:
+this process's at once, every other process's through the bus (`WAKE_CHANNEL`); an ask that wrote
+none tells nobody and publishes nothing. The worker (one loop per process) looks at the outbox when
+woken, at the due time it learnt, at the next due row or claim it saw, every `notify_poll_seconds`
+while delivered pushes await their close, after a bus gap, and otherwise every
+`notify_idle_seconds` (a wake-up lost some other way); idle, it asks nothing of the database in
+between. So a push goes out within `notify_after_seconds` plus the bus's delay on any process. Each
+look:
 
 1. records rows a dead process left `sending` as failed (they may have gone out: never twice);
 2. claims due rows (`notify_after_seconds` after the ask; PostgreSQL: SKIP LOCKED, so with
@@ -36,8 +42,8 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend.bus import BUS_GAP
 from backend.db.engine import utcnow
 from backend.db.health import is_outage
 from backend.domain import reach as text
@@ -50,6 +56,7 @@ from backend.repository import meta, tasks
 from backend.repository import reach as repo
 from backend.repository.reach import OutboxRow
 from backend.services.context import Deps
+from backend.services.uow import Work
 
 log = logging.getLogger("turnwise.reach")
 VAPID_KEY = "vapid_private_key"
@@ -66,6 +73,10 @@ MAX_LABEL = 200
 SEND_SLACK = 1.0
 MAX_BACKOFF = 60.0
 PRUNE_EVERY = dt.timedelta(hours=1)
+# Every worker hears here that an ask wrote outbox rows, and when they are due (published only then:
+# an ask that tells nobody publishes nothing).
+WAKE_CHANNEL = "turnwise.reach"
+WAKE = "reach.due"
 DEFAULT_TITLE = "A task"
 
 
@@ -75,6 +86,17 @@ class ChannelView:
     label: str
     target: str  # the URL with its secrets masked
     created_at: dt.datetime
+
+
+def _due(event: dict[str, Any]) -> dt.datetime | None:
+    """The due time a wake-up message names (None: not a wake-up, e.g. the bus's gap marker)."""
+    if event.get("type") != WAKE:
+        return None
+    try:
+        due = dt.datetime.fromisoformat(str(event.get("due")))
+    except ValueError:
+        return None
+    return due if due.tzinfo is not None else None
 
 
 def _backoff(attempts: int, first: float) -> dt.timedelta:
@@ -95,9 +117,10 @@ class Reach:
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     sent: int = 0  # messages this process delivered (tests and the bench read it)
     close_scan: int = CLOSE_SCAN
-    _soonest: dt.datetime | None = None  # the earliest due time of this process's own asks
+    _soonest: dt.datetime | None = None  # the earliest due time an ask (of any process) woke it for
     _close_after: str | None = None  # where the walk over shown actions goes on (None: the start)
     _prune_at: dt.datetime | None = None  # when finished rows are next deleted (None: now)
+    _look: bool = False  # look at the outbox at once, whatever the wait
 
     @property
     def settings(self) -> Any:
@@ -153,22 +176,43 @@ class Reach:
 
     # --- the ask's part -------------------------------------------------------------------------
 
-    async def asked(self, conn: AsyncConnection, pending_id: str, task_id: str, session_id: str) -> None:
-        """In the ask's unit of work: the outbox rows of a new pending action (one statement)."""
-        due = utcnow() + dt.timedelta(seconds=self.settings.notify_after_seconds)
-        # The worker looks again by the due time, whether or not it sees these rows (not committed
-        # yet) when it wakes now.
+    def ask_outbox(self) -> repo.AskOutbox:
+        """When a new pending action's outbox rows are due and given up."""
+        now = utcnow()
+        due = now + dt.timedelta(seconds=self.settings.notify_after_seconds)
+        return repo.AskOutbox(due, due + dt.timedelta(seconds=self.settings.notify_retry_seconds), now)
+
+    async def asked(
+        self,
+        work: Work,
+        pending_id: str,
+        task_id: str,
+        session_id: str,
+        outbox: repo.AskOutbox,
+        written: int | None,
+    ) -> None:
+        """In the ask's unit of work: the outbox rows of a new pending action (one statement, unless
+        the ask's own statement wrote them: `written`, how many). Only when somebody has a
+        destination (rows were written) is any worker told, once the ask committed: this process's
+        at once, every other process's through the bus (`WAKE_CHANNEL`, with the due time)."""
+        if written is None:
+            written = await repo.enqueue_ask(
+                work.conn, pending_id=pending_id, task_id=task_id, session_id=session_id, outbox=outbox
+            )
+        if written:
+            work.after_commit(lambda: self.wake_at(outbox.due_at))
+            work.post(WAKE_CHANNEL, {"type": WAKE, "due": outbox.due_at.isoformat()})
+
+    def wake_at(self, due: dt.datetime) -> None:
+        """Rows are due at `due` (committed): the worker looks by then."""
         if self._soonest is None or due < self._soonest:
             self._soonest = due
             self._wake.set()
-        await repo.enqueue_ask(
-            conn,
-            pending_id=pending_id,
-            task_id=task_id,
-            session_id=session_id,
-            due_at=due,
-            deadline_at=due + dt.timedelta(seconds=self.settings.notify_retry_seconds),
-        )
+
+    def look_now(self) -> None:
+        """The worker looks at the outbox at once (a bus gap may have hidden a wake-up; closes queued)."""
+        self._look = True
+        self._wake.set()
 
     # --- destinations ---------------------------------------------------------------------------
 
@@ -244,32 +288,81 @@ class Reach:
 
     # --- the worker -----------------------------------------------------------------------------
 
-    async def _run(self) -> None:
+    async def _listen(self, ready: asyncio.Event) -> None:
+        """Wake-ups from every process's asks (and this one's), for as long as the worker runs."""
         while True:
             try:
-                delay = await self.run_once()
+                async with self.deps.bus.subscribe(WAKE_CHANNEL, after_gap={"type": BUS_GAP}) as events:
+                    # Whatever was published while not subscribed is found by the look this causes.
+                    self.look_now()
+                    ready.set()
+                    async for event in events:
+                        due = _due(event)
+                        if due is None:
+                            self.look_now()  # a bus gap (or a message this release cannot read)
+                        else:
+                            self.wake_at(due)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:
-                delay = float(self.settings.notify_poll_seconds)
-                if is_outage(exc):
-                    log.warning("notification worker: database unavailable; retrying")
-                else:
-                    log.exception("notification worker step failed", extra={"event": "reach.worker_failed"})
+            except Exception:
+                log.exception("notification wake-up subscription lost; resubscribing")
+                self.look_now()
+                await asyncio.sleep(float(self.settings.notify_poll_seconds))
+
+    async def _run(self) -> None:
+        ready = asyncio.Event()
+        listener = asyncio.create_task(self._listen(ready), name="turnwise-reach-wake")
+        try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
-            self._wake.clear()
+                await asyncio.wait_for(ready.wait(), 10)
+            loop = asyncio.get_running_loop()
+            while True:
+                self._look = False
+                try:
+                    delay = await self.run_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    delay = float(self.settings.notify_poll_seconds)
+                    if self._soonest is not None and self._soonest <= utcnow():
+                        self._soonest = None  # committed rows: the next pass's outlook finds them
+                    if is_outage(exc):
+                        log.warning("notification worker: database unavailable; retrying")
+                    else:
+                        log.exception(
+                            "notification worker step failed", extra={"event": "reach.worker_failed"}
+                        )
+                until = loop.time() + delay
+                while not self._look:
+                    left = until - loop.time()
+                    soonest = self._soonest
+                    if soonest is not None:
+                        left = min(left, (soonest - utcnow()).total_seconds())
+                    if left <= 0:
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), left)
+                    self._wake.clear()
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
 
     async def run_once(self) -> float:
-        """One pass of the worker; the seconds until it should look again. An idle worker costs one
-        read every `notify_poll_seconds`, sooner when this process asks something (`asked` wakes it
-        for the due time)."""
+        """One pass of the worker; the seconds until it should look again. Idle (nothing queued,
+        nothing being sent, no delivered push awaiting its close) it looks again only after
+        `notify_idle_seconds`, or when an ask wakes it (`wake_at`: this process's asks, and every
+        other's through the bus); while delivered pushes await their close, every
+        `notify_poll_seconds`."""
         now = utcnow()
+        if self._soonest is not None and self._soonest <= now:
+            # Rows committed before they woke the worker: this pass's outlook finds them. A wake-up
+            # that arrives from here on counts for the next pass.
+            self._soonest = None
         if self._prune_at is None or now >= self._prune_at:
             await self.prune(now)
         async with self.deps.db.read() as conn:
-            seen = await repo.outlook(conn, now)
-        if seen.stale_sends:
+            seen = await repo.outlook(conn)
+        if seen.stale_sends(now):
             async with self.deps.db.write() as conn:
                 await repo.abandon_stale_sends(conn, now)
         if seen.next_due is not None and seen.next_due <= now:
@@ -280,15 +373,13 @@ class Reach:
                 return 0.0  # more may be due: look again at once
         if seen.awaiting_close and await self._queue_closes():
             return 0.0  # the walk over shown actions goes on with its next page
-        delay = float(self.settings.notify_poll_seconds)
-        soonest = self._soonest
-        if soonest is not None:
-            if soonest <= now:
-                self._soonest = None
-            else:
-                delay = min(delay, (soonest - now).total_seconds())
-        if seen.next_due is not None:
-            delay = min(delay, max((seen.next_due - utcnow()).total_seconds(), 0.0))
+        delay = float(
+            self.settings.notify_poll_seconds if seen.awaiting_close else self.settings.notify_idle_seconds
+        )
+        later = utcnow()
+        for at in (self._soonest, seen.next_due, seen.next_lease_end):
+            if at is not None:
+                delay = min(delay, max((at - later).total_seconds(), 0.0))
         return max(delay, 0.01)
 
     async def prune(self, now: dt.datetime) -> int:
@@ -336,7 +427,7 @@ class Reach:
                     conn, settled, now, now + dt.timedelta(seconds=self.settings.notify_retry_seconds)
                 )
             if queued:
-                self._wake.set()
+                self.look_now()
         return self._close_after is not None
 
     async def _batch(self, rows: Sequence[OutboxRow]) -> Batch:

@@ -73,6 +73,10 @@ class Work:
     # is provably current (then its events tell the live projector so).
     summaries: list[SummaryRecord] = field(default_factory=list)
     projected: bool = False
+    # Messages of other channels than the task channel, published after the unit's events, and
+    # callbacks run once the unit committed (before anything is published).
+    posts: list[tuple[str, dict[str, object]]] = field(default_factory=list)
+    committed: list[Callable[[], None]] = field(default_factory=list)
 
     async def lock(self, session_ids: Iterable[str]) -> None:
         """Serialize on more sessions (found by a read under this transaction); idempotent."""
@@ -131,6 +135,14 @@ class Work:
         for message_id in message_ids:
             self.publish(task_id, session_id, kind, message_id=message_id)
 
+    def post(self, channel: str, message: dict[str, object]) -> None:
+        """Queue one message of another channel; published with the events, after the commit."""
+        self.posts.append((channel, message))
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the unit committed (never when it rolled back)."""
+        self.committed.append(callback)
+
 
 @asynccontextmanager
 async def uow(
@@ -188,8 +200,12 @@ async def one_message(
 async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:
     """Publish the queued events of a committed unit, in order, once (`strict`: raise on a failed
     publication instead of logging it)."""
+    for callback in work.committed:
+        callback()
+    work.committed = []
     events, work.events = work.events, []
     written, work.summaries = work.summaries, []
+    posts, work.posts = work.posts, []
     messages = [
         message
         for event in events
@@ -206,5 +222,6 @@ async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:
         # One round trip for the whole unit where the bus can: its events, then its summaries.
         messages.extend((SUMMARY_CHANNEL, summary_event(s)) for s in written)
         written = []
+    messages.extend(posts)
     await publish_batch(deps.bus, messages, strict=strict)
     await publish_summaries(deps, written)

@@ -5,7 +5,8 @@ still being sent, never for a claimed delivery), redirects never followed, the t
 before each send, and finished rows pruned.
 
 The actions are seeded as the ask writes them (a pending row in the session's current turn, and the
-outbox rows of `enqueue_ask`); how an action settles is written to its row as the services would."""
+outbox rows of `enqueue_ask`; a running worker woken for them as the ask wakes it); how an action
+settles is written to its row as the services would."""
 
 from __future__ import annotations
 
@@ -94,8 +95,11 @@ class Action:
     message_id: str
 
 
-async def action(db: Database, pending_id: str | None = None, *, deadline: float = 60.0) -> Action:
-    """A pending question, and its outbox rows due now (one per destination of whoever sees it)."""
+async def action(
+    db: Database, pending_id: str | None = None, *, deadline: float = 60.0, waking: Reach | None = None
+) -> Action:
+    """A pending question, and its outbox rows due now (one per destination of whoever sees it);
+    `waking`: a running worker woken for them once committed, as the ask would."""
     pending_id = pending_id or new_id()
     async with db.write() as conn:
         task = await tasks.create_task(conn, "Release 2.4")
@@ -126,9 +130,10 @@ async def action(db: Database, pending_id: str | None = None, *, deadline: float
             pending_id=pending_id,
             task_id=task.id,
             session_id=session.id,
-            due_at=now,
-            deadline_at=now + dt.timedelta(seconds=deadline),
+            outbox=repo.AskOutbox(now, now + dt.timedelta(seconds=deadline), now),
         )
+    if waking is not None:
+        waking.wake_at(now)
     return Action(pending_id, task.id, session.id, row.id)
 
 
@@ -180,8 +185,8 @@ async def test_a_failing_receiver_is_retried_with_backoff_until_it_takes_the_mes
         user_id = await person(db)
         await subscribe(db, user_id, phone)
         await add_channel(db, user_id, f"json://{chat.address}/hook")
-        async with worker(db, run=True, notify_backoff_seconds=0.2, notify_retry_seconds=30):
-            asked = await action(db)
+        async with worker(db, run=True, notify_backoff_seconds=0.2, notify_retry_seconds=30) as reach:
+            asked = await action(db, waking=reach)
             (pushed,) = await asyncio.to_thread(phone.received.wait, 1)
             (message,) = await asyncio.to_thread(chat.received.wait, 1)
             rows = await recorded(db, asked.pending_id, "sent")
@@ -204,8 +209,8 @@ async def test_a_receiver_that_always_fails_ends_failed_at_the_deadline_and_is_l
         user_id = await person(db)
         await subscribe(db, user_id, phone)
         await add_channel(db, user_id, f"json://{chat.address}/hook")
-        async with worker(db, run=True, notify_backoff_seconds=0.2, notify_retry_seconds=1.0):
-            asked = await action(db, deadline=1.0)
+        async with worker(db, run=True, notify_backoff_seconds=0.2, notify_retry_seconds=1.0) as reach:
+            asked = await action(db, deadline=1.0, waking=reach)
 
             rows = await recorded(db, asked.pending_id, "failed", seconds=5)
             ended = utcnow()
