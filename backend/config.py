@@ -24,6 +24,11 @@ def _int(name: str, default: int) -> int:
     return int(raw) if raw not in (None, "") else default
 
 
+def _switch(name: str) -> bool:
+    """On unless the variable is "0", "false" or "no" (any case)."""
+    return (os.environ.get(name) or "").strip().lower() not in ("0", "false", "no")
+
+
 def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
     raw = os.environ.get(name)
     if raw is None:
@@ -113,6 +118,9 @@ class Settings:
     # permessage-deflate on WebSockets: off, since an operation's messages are small and compressing
     # each one costs both ends more CPU than it saves on the wire (TURNWISE_WS_COMPRESSION=1 turns it on).
     ws_compression: bool = False
+    # Strawberry's undocumented names (backend/api/strawberry_adapter.py, under its canary):
+    # TURNWISE_WS_ADAPTER=0 serves WebSockets with Strawberry's own handler, unchanged.
+    ws_adapter: bool = True
     # Reach (backend/services/reach.py): a person is told of a pending action still open after
     # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
     # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. An ask
@@ -193,6 +201,7 @@ class Settings:
             migrate_database_url=os.environ.get("TURNWISE_MIGRATE_DATABASE_URL") or None,
             access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
             ws_compression=os.environ.get("TURNWISE_WS_COMPRESSION", "") in ("1", "true", "yes"),
+            ws_adapter=_switch("TURNWISE_WS_ADAPTER"),
         )
 
     def scale_out_problem(self) -> str | None:

@@ -1,10 +1,17 @@
-"""The floor for `bench cycle`: what the ask -> answer cycle costs on Turnwise's own framework.
+"""The floors: what Turnwise's work costs on its own framework, with no rules.
 
-A minimal Strawberry app on Starlette/uvicorn/asyncpg serving the same two operation documents as
-Turnwise (`askClarification`, `respondToClarification`) with three commits per cycle (insert the
-question, claim the answer, confirm it), an in-process hand-off, and no rules: no auth, no sessions or
-turns, no validation beyond GraphQL's. `python -m bench.floor --dsn postgresql://... --port N`.
-It counts its statements and transactions at `/metrics` the way `turnwise serve` does.
+For `bench cycle`: a minimal Strawberry app on Starlette/uvicorn/asyncpg serving the same two
+operation documents as Turnwise (`askClarification`, `respondToClarification`) with three commits per
+cycle (insert the question, claim the answer, confirm it), an in-process hand-off, and no rules: no
+auth, no sessions or turns, no validation beyond GraphQL's. `python -m bench.floor --dsn
+postgresql://... --port N`. It counts its statements and transactions at `/metrics` the way
+`turnwise serve` does.
+
+For `bench connections` (`--live`, no database): the same subscription as Turnwise's,
+`pendingActionChanged(taskId)` with the same result type, a snapshot of the task's sessions first and
+then changes, fed by an in-process asyncio fan-out (a queue per subscriber); `POST /publish` with
+`{"taskId", "sessionId", "pendingAction"}` changes a session and offers the new projection to every
+subscriber of its task. `python -m bench.floor --live --port N`.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import enum
+import gc
 import json
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -22,7 +31,7 @@ import strawberry
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 from starlette.routing import Route, WebSocketRoute
 from strawberry.asgi import GraphQL
 from strawberry.extensions import ParserCache, ValidationCache
@@ -223,13 +232,120 @@ def create_app(dsn: str) -> Starlette:
     )
 
 
+# --- the live floor (`bench connections`) -------------------------------------------------------
+
+
+@strawberry.enum
+class PendingActionKind(enum.Enum):
+    CLARIFICATION = "clarification"
+    PERMISSION = "permission"
+
+
+@strawberry.type
+class PendingActionRevision:
+    epoch: str
+    sequence: str
+
+
+@strawberry.type
+class SessionProjection:
+    session_id: strawberry.ID
+    pending_action: PendingActionKind | None
+    revision: PendingActionRevision
+
+
+class Live:
+    """Each task's sessions (session -> projection) and each task's subscribers' queues."""
+
+    sessions: dict[str, dict[str, SessionProjection]] = {}  # noqa: RUF012
+    watchers: dict[str, set[asyncio.Queue[SessionProjection]]] = {}  # noqa: RUF012
+    sequence = 1
+
+    @classmethod
+    def projections(cls, task_id: str) -> dict[str, SessionProjection]:
+        """The task's sessions; a task seen first has one session, with nothing pending."""
+        if task_id not in cls.sessions:
+            revision = PendingActionRevision(epoch="1", sequence=str(cls.sequence))
+            session = SessionProjection(
+                session_id=strawberry.ID(f"{task_id}-session"), pending_action=None, revision=revision
+            )
+            cls.sessions[task_id] = {str(session.session_id): session}
+        return cls.sessions[task_id]
+
+    @classmethod
+    def publish(cls, task_id: str, session_id: str, pending_action: str | None) -> int:
+        cls.sequence += 1
+        projection = SessionProjection(
+            session_id=strawberry.ID(session_id),
+            pending_action=None if pending_action is None else PendingActionKind[pending_action],
+            revision=PendingActionRevision(epoch="1", sequence=str(cls.sequence)),
+        )
+        cls.projections(task_id)[session_id] = projection
+        watchers = cls.watchers.get(task_id, set())
+        for queue in watchers:
+            queue.put_nowait(projection)
+        return len(watchers)
+
+
+@strawberry.type
+class LiveSubscription:
+    @strawberry.subscription
+    async def pending_action_changed(self, task_id: strawberry.ID) -> AsyncGenerator[SessionProjection, None]:
+        tid = str(task_id)
+        queue: asyncio.Queue[SessionProjection] = asyncio.Queue()
+        Live.watchers.setdefault(tid, set()).add(queue)
+        try:
+            for projection in list(Live.projections(tid).values()):
+                yield projection
+            while True:
+                yield await queue.get()
+        finally:
+            Live.watchers[tid].discard(queue)
+
+
+def create_live_app() -> Starlette:
+    schema = strawberry.Schema(
+        query=Query, subscription=LiveSubscription, extensions=[ParserCache, ValidationCache]
+    )
+    view: GraphQL[None, None] = GraphQL(schema, graphql_ide=None)
+
+    async def publish(request: Request) -> JSONResponse:
+        body = await request.json()
+        notified = Live.publish(str(body["taskId"]), str(body["sessionId"]), body.get("pendingAction"))
+        return JSONResponse({"notified": notified})
+
+    async def readyz(_: Request) -> PlainTextResponse:
+        return PlainTextResponse("ready")
+
+    return Starlette(
+        routes=[
+            Route("/graphql", view, methods=["GET", "POST"]),
+            WebSocketRoute("/graphql", view),
+            Route("/publish", publish, methods=["POST"]),
+            Route("/readyz", readyz),
+        ],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.floor")
-    parser.add_argument("--dsn", required=True, help="postgresql://user@host:port/database")
+    parser.add_argument("--dsn", help="postgresql://user@host:port/database (the cycle floor)")
+    parser.add_argument("--live", action="store_true", help="the live floor of `bench connections`")
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
+    if args.live:
+        app = create_live_app()
+        # As `turnwise serve` does once its application is built (backend/api/app.tune_collector):
+        # the floor gets every knob of the framework that Turnwise uses.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 50, 100)
+    elif args.dsn:
+        app = create_app(args.dsn)
+    else:
+        parser.error("--dsn is required without --live")
     uvicorn.run(
-        create_app(args.dsn),
+        app,
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

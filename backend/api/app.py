@@ -8,14 +8,17 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backend import faults, logs, metrics
+from backend.api import strawberry_adapter
 from backend.api.auth import Authenticator
 from backend.api.browsers import GuardedWebSockets
 from backend.api.graphql_view import GraphQLView
@@ -42,6 +45,44 @@ class Runtime:
     epoch: int = 0
     # Why startup stopped, for `turnwise serve` to report and exit non-zero.
     failure: str | None = None
+
+
+GRAPHQL_PATH = "/graphql"
+
+
+def route_path(scope: Scope) -> str:
+    """The path a route matches: the scope's path without the application's root path (as
+    Starlette's router reads it)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    rest = path[len(root) :]
+    return rest if rest == "" or rest.startswith("/") else path
+
+
+class TurnwiseApp(Starlette):
+    """Starlette, except that a WebSocket handshake at `/graphql` goes to its endpoint directly.
+
+    Every layer an ASGI call passes through stays on the stack for as long as the connection lasts:
+    a WebSocket at `/graphql` (a phone or tab watching `pendingActionChanged`, ten thousand on one
+    process) kept Starlette's error and exception middleware, the request metrics, the router and
+    the route alive, about 3 KB a connection, and each message it sent went through their wrappers.
+    None of them does anything for a WebSocket (the metrics time HTTP requests, the error middleware
+    answers HTTP only, and nothing on this path raises the exceptions Starlette maps to a close), so
+    the handshake goes straight to the same endpoint the route names; every other scope, and a
+    WebSocket at any other path, goes through Starlette as before."""
+
+    def __init__(self, *args: Any, graphql_websocket: ASGIApp, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.graphql_websocket = graphql_websocket
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and route_path(scope) == GRAPHQL_PATH:
+            scope["app"] = self
+            await self.graphql_websocket(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def tune_collector() -> None:
@@ -161,18 +202,22 @@ def create_app(
         max_subscriptions_per_connection=settings.subscriptions_per_connection,
         allow_queries_via_get=False,
     )
-    app = Starlette(
+    if settings.ws_adapter:
+        strawberry_adapter.use_in(view)
+    graphql_websocket = GuardedWebSockets(view.websocket, mcp.browsers)
+    app = TurnwiseApp(
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_page),
-            Route("/graphql", view, methods=["GET", "POST"]),
-            WebSocketRoute("/graphql", GuardedWebSockets(view, mcp.browsers)),
+            Route(GRAPHQL_PATH, view, methods=["GET", "POST"]),
+            WebSocketRoute(GRAPHQL_PATH, graphql_websocket),
             Route("/mcp", mcp),
             *web_routes(),
         ],
         lifespan=lifespan,
         middleware=[Middleware(metrics.RequestMetrics)],
+        graphql_websocket=graphql_websocket,
     )
     app.state.runtime = runtime
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -85,18 +85,24 @@ def headers_of(scope: Scope) -> dict[str, str]:
 
 class GuardedWebSockets:
     """An ASGI app in front of a WebSocket endpoint: a browser handshake the rule refuses is closed
-    before it is accepted, which the server answers with HTTP 403."""
+    before it is accepted, which the server answers with HTTP 403.
+
+    Not a coroutine function itself: it returns the endpoint's own awaitable (or the refusal's), so a
+    connection that lasts hours holds no frame of this layer."""
 
     def __init__(self, app: ASGIApp, rule: BrowserRule) -> None:
         self.app = app
         self.rule = rule
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         if scope["type"] == "websocket":
             refused = self.rule.refusal(headers_of(scope))
             if refused is not None:
-                log.warning("websocket handshake refused", extra={"event": "ws.refused", "reason": refused})
-                await receive()  # websocket.connect
-                await send({"type": "websocket.close", "code": 1008, "reason": refused[:120]})
-                return
-        await self.app(scope, receive, send)
+                return self._refuse(refused, receive, send)
+        return self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(refused: str, receive: Receive, send: Send) -> None:
+        log.warning("websocket handshake refused", extra={"event": "ws.refused", "reason": refused})
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008, "reason": refused[:120]})

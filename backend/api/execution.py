@@ -22,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from graphql import (
+    ExecutionResult,
     GraphQLField,
     GraphQLLeafType,
     GraphQLList,
@@ -40,6 +42,8 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.base import StrawberryObjectDefinition
 from strawberry.types.field import StrawberryField
+
+from backend.api.fanout import SHARED
 
 Completion = Callable[[Any], Any]
 
@@ -83,6 +87,10 @@ _SHARED_BOUND = 4096
 _shared_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[tuple[Any, ...], Completion]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+# Shared events' keys (operation node id, variables text), one object per distinct key.
+_SHARED_KEYS: dict[tuple[int, str], tuple[int, str]] = {}
 
 
 def _shared(schema: GraphQLSchema, key: tuple[Any, ...], make: Callable[[], Completion]) -> Completion:
@@ -181,12 +189,57 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         # The same by the group's field nodes: a subscription's executor for each event collects new
         # groups from the same document, and compiles once per subscription instead of per event.
         self._by_nodes: dict[tuple[int, ...], tuple[FieldDetailsList, Completion | None]] = {}
+        # Shared events (`backend/api/fanout.py`): a result to hand back instead of executing, where an
+        # event's result is to be kept, and this operation's key once worked out.
+        self._replay: ExecutionResult | None = None
+        self._keep_in: tuple[dict[Any, Any], Any] | None = None
+        self._shared_key_known = False
+        self._shared_key_value: tuple[int, str] | None = None
 
     def build_per_event_executor(self, payload: Any) -> Executor[Any]:
+        results = SHARED.results_of(payload) if self._plain else None
+        key = None
+        if results is not None and (key := self._shared_key()) is not None:
+            kept = results.get(key)
+            if kept is not None and kept[0] is self.operation:
+                # Executed already for another subscription of the same document and variables: this
+                # executor hands that result back as its own (`execute_operation`), building nothing.
+                self._replay = kept[1]
+                return self
         # Shares the compiled completions; its own groups are forgotten with the event.
         executor = super().build_per_event_executor(payload)
         executor._completions = {}  # type: ignore[attr-defined]
+        if results is not None and key is not None:
+            executor._keep_in = (results, key)  # type: ignore[attr-defined]
         return executor
+
+    def _shared_key(self) -> tuple[int, str] | None:
+        """What a shared event's result depends on besides the event: the operation (its document)
+        and the values of its variables (`@include(if: $x)`, say); None when they cannot be told."""
+        if not self._shared_key_known:
+            try:
+                variables = orjson.dumps(self.variable_values.coerced, option=orjson.OPT_SORT_KEYS)
+            except TypeError:
+                self._shared_key_value = None
+            else:
+                key = (id(self.operation), variables.decode())
+                # One key object for all the subscriptions of one document and variables.
+                if len(_SHARED_KEYS) >= _SHARED_BOUND:
+                    _SHARED_KEYS.clear()
+                self._shared_key_value = _SHARED_KEYS.setdefault(key, key)
+            self._shared_key_known = True
+        return self._shared_key_value
+
+    def execute_operation(self, serially: bool | None = None) -> Any:
+        replay = self._replay
+        if replay is not None:
+            self._replay = None
+            return replay
+        result = super().execute_operation(serially)
+        if self._keep_in is not None and isinstance(result, ExecutionResult) and not result.errors:
+            results, key = self._keep_in
+            SHARED.keep(results, key, self.operation, result)
+        return result
 
     def completion(
         self, return_type: GraphQLOutputType, field_details_list: FieldDetailsList

@@ -4,6 +4,7 @@ media types and status codes of GraphQL over HTTP."""
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from typing import Any
 
 from cross_web import HTTPException
@@ -17,7 +18,7 @@ from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 
 from backend import jsoncodec
-from backend.api import graphiql
+from backend.api import fanout, graphiql
 from backend.api.auth import Authenticator, bearer_from_header, bearer_from_params
 from backend.api.context import Context
 from backend.db.health import is_outage
@@ -29,6 +30,28 @@ JSON = "application/json"
 # What a request error (no `data` entry) gets under graphql-response+json: 400 unless the server
 # failed, so a client can tell its own mistakes from what is worth retrying.
 _SERVER_ERROR_STATUS = {"UNAVAILABLE": 503, "INTERNAL": 500}
+
+
+class _Texts:
+    """Document texts by themselves, so equal texts are one string; the oldest forgotten first."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self._texts: dict[str, str] = {}
+
+    def get(self, text: str, default: str) -> str:
+        known = self._texts.get(text)
+        if known is None:
+            if len(text) > _DOCUMENT_TEXT_BOUND:
+                return default
+            if len(self._texts) >= self.bound:
+                del self._texts[next(iter(self._texts))]
+            known = self._texts[text] = text
+        return known
+
+
+_DOCUMENT_TEXT_BOUND = 16_000
+_DOCUMENTS = _Texts(256)
 
 
 def response_media_type(accept: str | None) -> str | None:
@@ -132,6 +155,11 @@ class GraphQLView(GraphQL[Context, None]):
         self.authenticator = authenticator
         self._ide_html = graphiql.page()
 
+    def websocket(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """The endpoint of a WebSocket handshake: Strawberry's own, returned to be awaited by the
+        caller, so a connection that lasts hours holds no frame of this view's `__call__`."""
+        return super().__call__(scope, receive, send)
+
     @property
     def graphql_ide_html(self) -> str:
         # Local assets only: the default page would load React and GraphiQL from a CDN.
@@ -208,12 +236,20 @@ class GraphQLView(GraphQL[Context, None]):
         return response
 
     def decode_json(self, data: str | bytes) -> object:
-        return jsoncodec.loads(data)
+        message = jsoncodec.loads(data)
+        if type(message) is dict and message.get("type") == "subscribe":
+            # An operation holds its document's text for as long as it runs: ten thousand
+            # subscriptions of one document hold one text.
+            payload = message.get("payload")
+            if type(payload) is dict and type(query := payload.get("query")) is str:
+                payload["query"] = _DOCUMENTS.get(query, query)
+        return message
 
     def encode_json(self, data: object) -> str:
         # Text, never bytes: Strawberry sends bytes as a binary WebSocket frame, which
-        # graphql-transport-ws does not allow.
-        return jsoncodec.dumps(data)
+        # graphql-transport-ws does not allow. A shared event's result (one change fanned out to many
+        # subscriptions) has its data encoded once; each `next` message is framed around that text.
+        return fanout.next_message(data) or jsoncodec.dumps(data)
 
     async def get_context(self, request: Request | WebSocket, response: Any) -> Context:
         principal = request.scope.get("state", {}).get("principal")

@@ -66,6 +66,8 @@ class _Validations:
 
 
 _validate = _Validations(DEFAULT_MAXSIZE)
+# (Strawberry's rules, ours) -> both; a handful of entries (one per schema's limits).
+_RULES: dict[tuple[Rules, Rules], Rules] = {}
 
 
 class OperationPolicy(ErrorPolicy):
@@ -80,7 +82,12 @@ class OperationPolicy(ErrorPolicy):
         ctx = self.execution_context
         started = time.perf_counter()
         ctx.parse_options["max_tokens"] = self.max_tokens
-        ctx.validation_rules = rules = ctx.validation_rules + self.rules
+        # One tuple of rules for every operation (an operation holds it for as long as it runs).
+        base = ctx.validation_rules
+        rules = _RULES.get((base, self.rules))
+        if rules is None:
+            rules = _RULES.setdefault((base, self.rules), base + self.rules)
+        ctx.validation_rules = rules
         query = ctx.query
         if query and ctx.graphql_document is None:
             # Parsed here (cached), so Strawberry's parse step finds the document; a text that does

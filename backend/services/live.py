@@ -2,10 +2,13 @@
 
 Events on the bus carry ids only. The hub drains them in batches, re-reads what its watchers need
 (session projections, changed messages) with one batched statement each, and offers the results to
-every matching watcher's Mailbox. A Mailbox keeps the newest value per key (session, message, task),
-so a slow subscriber receives the latest state instead of an unbounded queue, and an idle watcher
-costs a dict and an asyncio.Event. The hub is also the summary projector: the tasks named by a batch
-of session changes are reconciled (compare-and-set, so every process doing it is harmless).
+every matching watcher's Mailbox: no watcher reads the database on a change. Watchers are indexed by
+the one task (projections) or session (message events) they watch, so a change is offered to the
+watchers of its task and to those watching every readable task, not to every watcher of the process.
+A Mailbox keeps the newest value per key (session, message, task), so a slow subscriber receives the
+latest state instead of an unbounded queue, and an idle watcher costs two dicts and the future its
+reader awaits. The hub is also the summary projector: the tasks named by a batch of session changes
+are reconciled (compare-and-set, so every process doing it is harmless).
 
 When the bus comes back after a gap (events were lost), every watcher is sent a fresh snapshot of its
 scope: projections and summaries re-read for the union of the watchers' tasks (the mailboxes drop
@@ -16,7 +19,6 @@ session's messages changed since shortly before the bus was lost, with the curre
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
@@ -48,29 +50,41 @@ class Mailbox(Generic[T]):
 
     With `order`, a value is dropped unless it is newer than both the one waiting for the same key and
     the last one delivered for it, so a snapshot racing a change can never step a subscriber back.
+    An idle mailbox holds two small dicts and the future its reader awaits (made when it waits).
     """
+
+    __slots__ = ("_items", "_order", "_sent", "_waiter", "closed")
 
     def __init__(self, order: Callable[[T], Any] | None = None) -> None:
         self._order = order
-        self._items: dict[Hashable, T] = {}
+        # key -> (value, its rank under `order`, or None without one)
+        self._items: dict[Hashable, tuple[T, Any]] = {}
         self._sent: dict[Hashable, Any] = {}
-        self._ready = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
         self.closed = False
 
-    def offer(self, key: Hashable, value: T) -> None:
+    def offer(self, key: Hashable, value: T, rank: Any = None) -> None:
+        """`rank`: the value's rank under `order`, when the caller has it (one change offered to
+        many mailboxes is ranked once)."""
         if self._order is not None:
-            rank = self._order(value)
+            if rank is None:
+                rank = self._order(value)
             held = self._items.get(key)
-            if held is not None and rank < self._order(held):
+            if held is not None and rank < held[1]:
                 return
             if key in self._sent and rank <= self._sent[key]:
                 return
-        self._items[key] = value
-        self._ready.set()
+        self._items[key] = (value, rank)
+        self._wake()
 
     def close(self) -> None:
         self.closed = True
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -78,20 +92,25 @@ class Mailbox(Generic[T]):
     def __aiter__(self) -> Mailbox[T]:
         return self
 
-    async def __anext__(self) -> T:
-        return await self.get()
+    def __anext__(self) -> Awaitable[T]:
+        return self.get()  # the coroutine itself: one frame less per value delivered
 
     async def get(self) -> T:
         """The next value; StopAsyncIteration once closed and drained."""
         while not self._items:
             if self.closed:
                 raise StopAsyncIteration
-            self._ready.clear()
-            await self._ready.wait()
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
         key = next(iter(self._items))
-        value = self._items.pop(key)
+        value, rank = self._items.pop(key)
+        if not self._items:
+            self._items = {}  # a drained dict keeps its table; an idle mailbox need not
         if self._order is not None:
-            self._sent[key] = self._order(value)
+            self._sent[key] = rank
         return value
 
 
@@ -106,6 +125,41 @@ class SessionChange:
     projection: SessionPending | None
 
 
+class Registration(Generic[T]):
+    """A watcher registered for the length of a `with` block (its mailbox is what `as` binds): in
+    `members`, and in `index[key]` (a set made on first use, dropped once empty) when indexed. A class,
+    not a generator: a subscription holds it for as long as it runs."""
+
+    __slots__ = ("index", "key", "members", "watcher")
+
+    def __init__(
+        self,
+        watcher: Watcher[T],
+        members: set[Watcher[T]],
+        index: dict[str | None, set[Watcher[T]]] | None = None,
+        key: str | None = None,
+    ) -> None:
+        self.watcher = watcher
+        self.members = members
+        self.index = index
+        self.key = key
+
+    def __enter__(self) -> Mailbox[T]:
+        self.members.add(self.watcher)
+        if self.index is not None:
+            self.index.setdefault(self.key, set()).add(self.watcher)
+        return self.watcher.mailbox
+
+    def __exit__(self, *_exc: object) -> None:
+        self.members.discard(self.watcher)
+        if self.index is not None:
+            group = self.index.get(self.key)
+            if group is not None:
+                group.discard(self.watcher)
+                if not group:
+                    del self.index[self.key]
+
+
 Scope = Callable[[str, str], bool]  # (task_id, session_id) -> whether a watcher wants it
 
 
@@ -113,12 +167,15 @@ Scope = Callable[[str, str], bool]  # (task_id, session_id) -> whether a watcher
 ScopeTasks = Callable[[], Awaitable[Sequence[str]]]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Watcher(Generic[T]):
     scope: Callable[..., bool]
     mailbox: Mailbox[T]
     tasks: ScopeTasks | None = None
     session_id: str | None = None
+    # The one task a projection watcher's scope can match, when it is known: the hub then offers it
+    # only that task's changes, instead of asking every watcher of the process about every change.
+    task_id: str | None = None
 
 
 def projection_order(p: SessionPending) -> tuple[int, int]:
@@ -135,7 +192,10 @@ class LiveHub:
     summaries: Summaries
     projector: bool = True
     _projections: set[Watcher[SessionPending]] = field(default_factory=set)
+    # The same watchers by the one task they watch (None: those watching every readable task).
+    _projections_by_task: dict[str | None, set[Watcher[SessionPending]]] = field(default_factory=dict)
     _session_events: set[Watcher[SessionChange]] = field(default_factory=set)
+    _session_events_by_session: dict[str | None, set[Watcher[SessionChange]]] = field(default_factory=dict)
     _summaries: set[Watcher[SummaryRecord]] = field(default_factory=set)
     _raw: list[dict[str, Any]] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -167,32 +227,27 @@ class LiveHub:
 
     # --- registration -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def watch_projections(self, scope: Scope, tasks: ScopeTasks | None = None) -> Any:
-        w: Watcher[SessionPending] = Watcher(scope, Mailbox(projection_order), tasks)
-        self._projections.add(w)
-        try:
-            yield w.mailbox
-        finally:
-            self._projections.discard(w)
+    def watch_projections(
+        self, scope: Scope, tasks: ScopeTasks | None = None, *, task_id: str | None = None
+    ) -> Registration[SessionPending]:
+        """`with hub.watch_projections(...) as mailbox`: the projections `scope` wants. `task_id`: the
+        one task it can want (its session's, or the task watched), so only that task's changes are
+        offered to it; None for a scope of every readable task."""
+        w: Watcher[SessionPending] = Watcher(scope, Mailbox(projection_order), tasks, task_id=task_id)
+        return Registration(w, self._projections, self._projections_by_task, task_id)
 
-    @contextlib.contextmanager
-    def watch_session_events(self, session_id: str) -> Any:
+    def _projection_watchers(self, task_id: str) -> list[Watcher[SessionPending]]:
+        by_task = self._projections_by_task
+        return [*by_task.get(task_id, ()), *by_task.get(None, ())]
+
+    def watch_session_events(self, session_id: str) -> Registration[SessionChange]:
         w: Watcher[SessionChange] = Watcher(lambda _t, s: s == session_id, Mailbox(), session_id=session_id)
-        self._session_events.add(w)
-        try:
-            yield w.mailbox
-        finally:
-            self._session_events.discard(w)
+        return Registration(w, self._session_events, self._session_events_by_session, session_id)
 
-    @contextlib.contextmanager
-    def watch_summaries(self, scope: Callable[[str], bool], tasks: ScopeTasks | None = None) -> Any:
-        w: Watcher[SummaryRecord] = Watcher(scope, Mailbox(summary_order), tasks)
-        self._summaries.add(w)
-        try:
-            yield w.mailbox
-        finally:
-            self._summaries.discard(w)
+    def watch_summaries(
+        self, scope: Callable[[str], bool], tasks: ScopeTasks | None = None
+    ) -> Registration[SummaryRecord]:
+        return Registration(Watcher(scope, Mailbox(summary_order), tasks), self._summaries)
 
     def offer_summary(self, summary: SummaryRecord) -> None:
         for w in list(self._summaries):
@@ -273,8 +328,8 @@ class LiveHub:
         wanted = {
             s
             for s, t in touched.items()
-            if any(w.scope(t, s) for w in self._projections)
-            or any(w.scope(t, s) for w in self._session_events)
+            if any(w.scope(t, s) for w in self._projection_watchers(t))
+            or any(w.scope(t, s) for w in self._session_events_by_session.get(s, ()))
         }
         if not wanted:
             return
@@ -293,10 +348,13 @@ class LiveHub:
             if message_ids:
                 async with self.deps.db.read() as conn:
                     found = await message_rows.get_messages(conn, message_ids)
+        # One re-read per batch, one value per change: every interested watcher is offered the same
+        # record (the API's subscriptions turn it into one shared result, `backend/api/fanout.py`).
         for p in projections.values():
-            for pw in list(self._projections):
+            rank = projection_order(p)
+            for pw in self._projection_watchers(p.task_id):
                 if pw.scope(p.task_id, p.session_id):
-                    pw.mailbox.offer(p.session_id, p)
+                    pw.mailbox.offer(p.session_id, p, rank)
         for event in changed_messages:
             session_id, message_id = event["session_id"], event["message_id"]
             if session_id not in wanted:
@@ -305,7 +363,7 @@ class LiveHub:
             kind = MESSAGE_EVENTS[event["type"]] if message is not None else "deleted"
             projection = None if event.get("content_only") else projections.get(session_id)
             change = SessionChange(kind, session_id, message_id, message, projection)
-            for sw in list(self._session_events):
+            for sw in list(self._session_events_by_session.get(session_id, ())):
                 if sw.scope(event["task_id"], session_id):
                     sw.mailbox.offer(message_id, change)
 

@@ -1,0 +1,125 @@
+"""The canary of `backend/api/strawberry_adapter.py`: every undocumented name of Strawberry that the
+API relies on is still there, with the shape it relies on, and the installed Strawberry is the version
+those names were checked against. After an upgrade this fails first, and says which names to re-check
+(in the new version's source) before `CHECKED` is moved on."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import re
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import strawberry
+from starlette.applications import Starlette
+from starlette.routing import Route, WebSocketRoute
+from starlette.testclient import TestClient
+from strawberry.asgi import GraphQL
+
+from backend.api import strawberry_adapter as adapter
+from backend.api.app import create_app
+from backend.config import Settings
+
+_WHERE = "backend/api/strawberry_adapter.py"
+
+
+def _owner(reliance: adapter.Reliance) -> Any:
+    module, name = reliance.owner.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_the_installed_strawberry_is_the_version_the_names_were_checked_against() -> None:
+    installed = adapter.installed_versions()
+    moved = {name: found for name, found in installed.items() if found != adapter.CHECKED[name]}
+    names = "\n".join(f"  {r.owner}.{r.name} ({r.kind})" for r in adapter.RELIED_ON)
+    assert not moved, "\n".join(
+        f"{name} is {found}, but {_WHERE} was checked against {adapter.CHECKED[name]}. Re-check in "
+        f"{name} {found}'s source that these still exist and mean what {_WHERE} says they do, run this "
+        f"canary and tests/api/test_live_api.py, then set CHECKED[{name!r}] = {found!r}:\n{names}"
+        for name, found in moved.items()
+    )
+
+
+@pytest.mark.parametrize("reliance", adapter.RELIED_ON, ids=lambda r: f"{r.owner.split(':')[1]}.{r.name}")
+def test_each_relied_on_name_is_still_there(reliance: adapter.Reliance) -> None:
+    owner = _owner(reliance)
+    where = f"{reliance.library} {adapter.installed_versions()[reliance.library]}: {reliance.owner}."
+    where += f"{reliance.name} ({reliance.kind}), relied on by {_WHERE}"
+    if reliance.kind == "instance attribute":
+        assigned = re.search(rf"self\.{reliance.name}\s*[:=]", inspect.getsource(owner.__init__))
+        assert assigned, f"{where} is gone"
+        return
+    assert hasattr(owner, reliance.name), f"{where} is gone"
+    if reliance.kind == "coroutine":
+        member = getattr(owner, reliance.name)
+        assert inspect.iscoroutinefunction(member), f"{where} is no longer a coroutine function"
+        found = tuple(inspect.signature(member).parameters)[: len(reliance.parameters)]
+        assert found == reliance.parameters, f"{where} now takes {found}, not {reliance.parameters}"
+
+
+@strawberry.type
+class Query:
+    @strawberry.field
+    def ok(self) -> bool:
+        return True
+
+
+def _frames_kept_by_init_timer(*, adapted: bool) -> list[str]:
+    """Over a real graphql-transport-ws connection (`connection_init`, acknowledged, still open), the
+    frames in the error its handler's cancelled `connection_init` timer task hands back."""
+    view: GraphQL[None, None] = GraphQL(strawberry.Schema(query=Query))
+    if adapted:
+        adapter.use_in(view)
+    handlers: list[Any] = []
+    base = view.graphql_transport_ws_handler_class
+
+    class Recording(base):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            handlers.append(self)
+
+    view.graphql_transport_ws_handler_class = Recording
+    client = TestClient(Starlette(routes=[WebSocketRoute("/", view)]))
+    with client, client.websocket_connect("/", subprotocols=["graphql-transport-ws"]) as ws:
+        ws.send_json({"type": "connection_init", "payload": {}})
+        assert ws.receive_json() == {"type": "connection_ack"}
+        ws.send_json({"type": "ping"})
+        assert ws.receive_json() == {"type": "pong"}  # the timer task has run its course by now
+        (handler,) = handlers
+        timer = handler.connection_init_timeout_task
+        assert isinstance(timer, asyncio.Task)
+        assert timer.cancelled()
+        # Read while the connection lasts (Strawberry awaits the timer when the connection ends,
+        # which drops the error too).
+        with pytest.raises(asyncio.CancelledError) as ended:
+            timer.result()
+    return [frame.name for frame in traceback.extract_tb(ended.value.__traceback__)]
+
+
+def test_a_connection_does_not_keep_its_cancelled_init_timer_frames() -> None:
+    # Strawberry's own handler: the cancelled timer keeps the error it ended with, and the frames of
+    # its wait with it, for as long as the connection lasts (what the adapter is for) ...
+    assert "handle_connection_init_timeout" in _frames_kept_by_init_timer(adapted=False)
+    # ... the adapted handler has dropped it: what the task hands back now is a new error.
+    assert "handle_connection_init_timeout" not in _frames_kept_by_init_timer(adapted=True)
+
+
+def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TURNWISE_WS_ADAPTER", raising=False)
+    assert Settings.from_env().ws_adapter
+    for off in ("0", "false", "No"):
+        monkeypatch.setenv("TURNWISE_WS_ADAPTER", off)
+        assert not Settings.from_env().ws_adapter
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_served_view_uses_it_unless_switched_off(on: bool, tmp_path: Path) -> None:
+    app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'x.db'}", ws_adapter=on))
+    (view,) = [r.endpoint for r in app.routes if isinstance(r, Route) and r.path == "/graphql"]
+    assert isinstance(view, GraphQL)
+    handler = view.graphql_transport_ws_handler_class
+    assert handler.__name__.startswith("ReleasingInitTimer") is on
