@@ -129,7 +129,7 @@ async def test_a_live_waiter_is_drained_when_its_row_has_no_durable_turn_and_the
             )
         before = await all_metadata(db)
         await publish_session_change(
-            svc.deps.bus, task_id=task_id, session_id=session_id, kind="session.state"
+            svc.deps.bus, task_id=task_id, session_id=session_id, kind="turn.completed"
         )
         # The in-memory waiter is drained (the agent is told its question closed: it takes no answer) ...
         assert await agent.outcome() == lc.Closed(agent.pending_id, "pending")
