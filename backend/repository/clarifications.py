@@ -399,7 +399,10 @@ _ASK_SET_WAITING = (
 # ... and, for an ask that tells people (`outbox`), the notification outbox's rows of the new bundle
 # (`reach.ask_outbox_insert`), only when its row was inserted, for the context's task and session.
 _ASK_OUTBOX = reach.ask_outbox_insert(
-    task_id=_ASK_CTX.c.task_id, session_id=_ASK_CTX.c.id, where=[exists(select(_ASK_INSERTED.c.id))]
+    task_id=_ASK_CTX.c.task_id,
+    session_id=_ASK_CTX.c.id,
+    where=[exists(select(_ASK_INSERTED.c.id))],
+    alongside=_ASK_CTX,
 ).cte("outbox")
 
 

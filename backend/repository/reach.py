@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, delete, exists, func, literal, or_, select, union_all, update
+from sqlalchemy import and_, bindparam, delete, exists, func, literal, or_, select, true, union_all, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -181,22 +181,36 @@ def _sees_task(user_id: Any, task_id: Any) -> Any:
 
 
 def _destinations(
-    table: Any, destination: str, kind: str, *, pending_id: Any, task_id: Any, session_id: Any, where: Any
+    table: Any,
+    destination: str,
+    kind: str,
+    *,
+    pending_id: Any,
+    task_id: Any,
+    session_id: Any,
+    where: Any,
+    alongside: Any = None,
 ) -> Any:
-    return select(
-        (pending_id + literal(f":{kind[0]}{destination[0]}:") + table.c.id).label("id"),
-        pending_id.label("pending_id"),
-        literal(kind).label("kind"),
-        task_id.label("task_id"),
-        session_id.label("session_id"),
-        literal(destination).label("destination"),
-        table.c.id.label("destination_id"),
-        literal(QUEUED).label("status"),
-        _B_DUE.label("due_at"),
-        _B_DEADLINE.label("deadline_at"),
-        literal(0).label("attempts"),
-        _B_NOW.label("created_at"),
-    ).where(_sees_task(table.c.user_id, task_id), *where)
+    # `alongside`: the one-row FROM the values come from (the ask's context), joined to every row.
+    source = table if alongside is None else table.join(alongside, true())
+    return (
+        select(
+            (pending_id + literal(f":{kind[0]}{destination[0]}:") + table.c.id).label("id"),
+            pending_id.label("pending_id"),
+            literal(kind).label("kind"),
+            task_id.label("task_id"),
+            session_id.label("session_id"),
+            literal(destination).label("destination"),
+            table.c.id.label("destination_id"),
+            literal(QUEUED).label("status"),
+            _B_DUE.label("due_at"),
+            _B_DEADLINE.label("deadline_at"),
+            literal(0).label("attempts"),
+            _B_NOW.label("created_at"),
+        )
+        .select_from(source)
+        .where(_sees_task(table.c.user_id, task_id), *where)
+    )
 
 
 _COLUMNS = [
@@ -215,13 +229,22 @@ _COLUMNS = [
 ]
 
 
-def ask_outbox_insert(*, task_id: Any, session_id: Any, where: Sequence[Any] = ()) -> Any:
+def ask_outbox_insert(
+    *, task_id: Any, session_id: Any, where: Sequence[Any] = (), alongside: Any = None
+) -> Any:
     """What a new pending action's ask writes: one outbox row per destination (push subscription,
     channel) of every user who can see the task, whatever their number (none too), returning each
     row's id. `task_id`, `session_id`: the values or expressions (a CTE's columns) of the ask; the
     pending id is `b_pending`, the times `b_due`, `b_deadline` and `b_now` (`AskOutbox.params`);
-    `where`: conditions every row also needs (the bundle's row was inserted, say)."""
-    rows = {"pending_id": _B_PENDING, "task_id": task_id, "session_id": session_id, "where": where}
+    `where`: conditions every row also needs (the bundle's row was inserted, say); `alongside`: the
+    one-row FROM that `task_id` and `session_id` are columns of."""
+    rows = {
+        "pending_id": _B_PENDING,
+        "task_id": task_id,
+        "session_id": session_id,
+        "where": where,
+        "alongside": alongside,
+    }
     return (
         O.insert()
         .from_select(
