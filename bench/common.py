@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from backend.db import migrate
 from backend.db.engine import Database
+from tests.servers import free_port
 
 PG_URL = os.environ.get("TURNWISE_BENCH_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 RESULTS = Path(__file__).parent / "results"
@@ -89,3 +97,54 @@ def write_result(name: str, data: dict[str, Any]) -> Path:
 
 def run(coro: Awaitable[Any]) -> Any:
     return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+@dataclass
+class ServerProcess:
+    """A server under test (`python -m <args>`: `turnwise serve` or a floor) on a free port, its log
+    in a file; ready once `/readyz` answers 200."""
+
+    kind: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-server-")[1]))
+    ready_seconds: float = 30
+    stop_seconds: float = 15
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", *self.args, "--port", str(self.port)],
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    async def start(self) -> None:
+        self.proc = await asyncio.to_thread(self.spawn)
+        deadline = time.monotonic() + self.ready_seconds
+        async with httpx.AsyncClient() as http:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"{self.kind} exited:\n{self.log_path.read_text()[-4000:]}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{self.base_url}/readyz", timeout=1)).status_code == 200:
+                        return
+                await asyncio.sleep(0.1)
+        raise RuntimeError(f"{self.kind} not ready:\n{self.log_path.read_text()[-4000:]}")
+
+    async def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, self.stop_seconds)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                await asyncio.to_thread(self.proc.wait)
+        self.log_path.unlink(missing_ok=True)

@@ -45,7 +45,6 @@ import resource
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -61,8 +60,8 @@ from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
 from backend.client.transport import Connection, GraphQLTransport
-from bench.common import median, pct, write_result
-from tests.servers import drop_database, free_port, fresh_database
+from bench.common import ServerProcess, median, pct, write_result
+from tests.servers import drop_database, fresh_database
 
 ADMIN_TOKEN = "bench-connections-admin-token"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -352,53 +351,13 @@ class Client:
 
 
 @dataclass
-class Server:
-    kind: str  # floor | turnwise
-    args: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-conn-")[1]))
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class Server(ServerProcess):
+    ready_seconds: float = 60
+    stop_seconds: float = 30
 
     @property
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/graphql"
-
-    def spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("ab") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", *self.args, "--port", str(self.port)],
-                env={**os.environ, **self.env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    async def start(self) -> None:
-        self.proc = await asyncio.to_thread(self.spawn)
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient() as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.kind} exited:\n{self.log_path.read_text()[-4000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{self.base_url}/readyz", timeout=1)).status_code == 200:
-                        return
-                await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.kind} not ready:\n{self.log_path.read_text()[-4000:]}")
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait)
-        self.log_path.unlink(missing_ok=True)
 
     def rss_kb(self) -> int:
         assert self.proc is not None

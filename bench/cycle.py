@@ -36,10 +36,8 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -53,8 +51,8 @@ from sqlalchemy.engine import make_url
 
 from backend.client.transport import Connection, GraphQLRequestError, GraphQLTransport
 from bench import langgraph_cycle
-from bench.common import pct, write_result
-from tests.servers import drop_database, free_port, fresh_database
+from bench.common import ServerProcess, pct, write_result
+from tests.servers import drop_database, fresh_database
 
 REDIS_URL = os.environ.get("TURNWISE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 ADMIN_TOKEN = "bench-cycle-admin-token"
@@ -138,52 +136,10 @@ GRANT = "mutation($u: ID!, $t: ID!) { grantTask(userId: $u, taskId: $t) }"
 
 
 @dataclass
-class Process:
-    """A server under test: `turnwise serve` or the floor, on a free port, with its log in a file."""
+class Process(ServerProcess):
+    """A server under test: `turnwise serve` or the floor, with the database it serves."""
 
-    kind: str  # turnwise | floor
-    args: list[str]
-    env: dict[str, str]
-    database_url: str
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-    log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-cycle-")[1]))
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("ab") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", *self.args, "--port", str(self.port)],
-                env={**os.environ, **self.env},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    async def start(self) -> None:
-        self.proc = await asyncio.to_thread(self.spawn)
-        deadline = time.monotonic() + 30
-        async with httpx.AsyncClient() as http:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.kind} exited:\n{self.log_path.read_text()[-4000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{self.base_url}/readyz", timeout=1)).status_code == 200:
-                        return
-                await asyncio.sleep(0.1)
-        raise RuntimeError(f"{self.kind} not ready:\n{self.log_path.read_text()[-4000:]}")
-
-    async def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                await asyncio.to_thread(self.proc.wait)
-        self.log_path.unlink(missing_ok=True)
+    database_url: str = ""
 
     def cpu_seconds(self) -> float:
         """User + system CPU of the server process and every descendant (the workers)."""
@@ -366,7 +322,7 @@ async def serving(kind: str, dialect: str, workers: int) -> AsyncIterator[Proces
     url = await asyncio.to_thread(fresh_database, dialect)
     if kind == "floor":
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-        server = Process("floor", ["bench.floor", "--dsn", dsn], {}, url)
+        server = Process("floor", ["bench.floor", "--dsn", dsn], {}, database_url=url)
     else:
         env = {
             "TURNWISE_BOOTSTRAP_TOKEN": ADMIN_TOKEN,
@@ -374,7 +330,7 @@ async def serving(kind: str, dialect: str, workers: int) -> AsyncIterator[Proces
             "TURNWISE_BROADCAST_URL": REDIS_URL if dialect == "postgresql" else "memory://",
         }
         args = ["backend.cli", "serve", *(["--workers", str(workers)] if workers > 1 else [])]
-        server = Process("turnwise", args, env, url)
+        server = Process("turnwise", args, env, database_url=url)
     try:
         await server.start()
         yield server
