@@ -61,6 +61,7 @@ from websockets.uri import parse_uri
 
 from backend.client.transport import Connection, GraphQLTransport
 from bench.common import ServerProcess, median, pct, write_result
+from bench.cycle import ANSWER, ASK, RESPOND
 from tests.servers import drop_database, fresh_database
 
 ADMIN_TOKEN = "bench-connections-admin-token"
@@ -69,18 +70,6 @@ PROTOCOL = Subprotocol("graphql-transport-ws")
 
 SUBSCRIBE = """subscription($t: ID!) {
   pendingActionChanged(taskId: $t) { sessionId pendingAction revision { epoch sequence } } }"""
-ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!) {
-  askClarification(sessionId: $s, questions: $q) {
-    __typename
-    ... on ClarificationAsked { bundle { pendingId } }
-    ... on ClarificationAnswered { pendingId }
-    ... on ClarificationDetached { pendingId } } }"""
-RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!) {
-  respondToClarification(pendingId: $p, answers: $a) {
-    __typename
-    ... on ClarificationResponded { resumed }
-    ... on ClarificationConflict { reason } } }"""
-ANSWER = [{"questionId": "q1", "selectedOptionIds": ["q1_opt1"]}]
 
 CREATE_USER = "mutation($n: String!, $r: String!) { createUser(name: $n, role: $r) { id } }"
 ISSUE = "mutation($u: ID!, $s: ID) { issueToken(userId: $u, sessionId: $s) { token } }"

@@ -342,8 +342,27 @@ async def serving(kind: str, dialect: str, workers: int) -> AsyncIterator[Proces
                 await asyncio.to_thread(Path(f"{make_url(url).database}{suffix}").unlink, missing_ok=True)
 
 
+class AgentTasks:
+    """The agents of a run as tasks of this process, each fed phases through its queue."""
+
+    queues: list[asyncio.Queue[Phase]]
+    tasks: list[asyncio.Task[None]]
+
+    async def stop(self) -> None:
+        for q in self.queues:
+            q.put_nowait(Phase())
+        try:
+            await asyncio.gather(*self.tasks)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+
+
 @dataclass
-class Load:
+class Load(AgentTasks):
     """One server with its agents connected and warmed up, measured over one or more windows (the
     runs compared with each other take turns, window by window)."""
 
@@ -378,17 +397,8 @@ class Load:
         self.windows += 1
         self.recorded.absorb(phase)
 
-    async def stop(self) -> None:
-        for q in self.queues:
-            q.put_nowait(Phase())
-        try:
-            await asyncio.gather(*self.tasks)
-        finally:
-            await self.close()
-
     async def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
+        await super().close()
         await self.responder.aclose()
 
     async def result(self) -> dict[str, Any]:
@@ -530,7 +540,7 @@ async def graph_serving() -> AsyncIterator[tuple[str, Any]]:
 
 
 @dataclass
-class GraphLoad:
+class GraphLoad(AgentTasks):
     """The LangGraph run, measured like a `Load`: its agents are tasks of this process (no server), so
     its CPU is this process's over the window, and its transactions are PostgreSQL's count alone."""
 
@@ -551,18 +561,6 @@ class GraphLoad:
         self.cpu += time.process_time() - cpu0
         self.windows += 1
         self.recorded.absorb(phase)
-
-    async def stop(self) -> None:
-        for q in self.queues:
-            q.put_nowait(Phase())
-        try:
-            await asyncio.gather(*self.tasks)
-        finally:
-            await self.close()
-
-    async def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
 
     async def result(self) -> dict[str, Any]:
         phase, n = self.recorded, max(self.recorded.cycles, 1)
