@@ -26,6 +26,7 @@ from backend.db.tables import (
     task_status_summaries,
     tasks,
 )
+from backend.repository import message_fields
 from backend.services.container import Services
 from backend.services.context import Deps
 from bench.common import fresh_database, median, pct, run, timed, write_result
@@ -77,7 +78,7 @@ async def seed(db: Database, n_tasks: int, prefix: str) -> list[str]:
                         "type": "clarification_request",
                         "author": "agent",
                         "content": "?",
-                        "metadata": {"pending_id": f"{sid}p", "status": "pending"},
+                        **message_fields.values_of({"pending_id": f"{sid}p", "status": "pending"}),
                         "created_at": now,
                         "updated_at": now,
                     }

@@ -548,6 +548,7 @@ async def measure(kind: str, n: int, rounds: int, concurrency: int) -> dict[str,
             task_id, token = await trigger.setup(server)
             await asyncio.sleep(1.0)
             rss_before = server.rss_kb()
+            statements_before = await server.statements()
             opened = await client.ask(
                 {
                     "cmd": "open",
@@ -562,6 +563,7 @@ async def measure(kind: str, n: int, rounds: int, concurrency: int) -> dict[str,
             )
             await asyncio.sleep(2.0)  # idle: whatever the subscriptions started has settled
             rss_after = server.rss_kb()
+            statements_after = await server.statements()
             asks: list[dict[str, Any]] = []
             answers: list[dict[str, Any]] = []
             profiler = start_profiler(server, n)
@@ -584,6 +586,11 @@ async def measure(kind: str, n: int, rounds: int, concurrency: int) -> dict[str,
         "open_errors": opened["errors"],
         "open_error_samples": opened["error_samples"],
         "open_seconds": opened["seconds"],
+        # What the server sent to its database per connection opened and subscribed (its snapshot):
+        # None for the floor, which has no database.
+        "statements_per_open": None
+        if statements_before is None or statements_after is None
+        else round((statements_after - statements_before) / opened_n, 3),
         "rss_before_kb": rss_before,
         "rss_idle_kb": rss_after,
         "rss_after_rounds_kb": rss_end,
@@ -650,7 +657,8 @@ def targets(results: dict[str, dict[int, dict[str, Any]]], most: int) -> list[di
 def summary(r: dict[str, Any]) -> str:
     ask = r["ask_notified"]
     return (
-        f"{r['connections']:>6} conns ({r['open_errors']} errors, {r['open_seconds']} s to open)  "
+        f"{r['connections']:>6} conns ({r['open_errors']} errors, {r['open_seconds']} s to open, "
+        f"db statements/open {r['statements_per_open']})  "
         f"{r['rss_per_idle_connection_kb']:>6} KB/conn  "
         f"ask->last notified p50/p99 {r['ask_last_notified_p50_ms']}/{r['ask_last_notified_p99_ms']} ms  "
         f"per conn p50/p99 {ask['p50_ms']}/{ask['p99_ms']} ms  "

@@ -4,8 +4,9 @@ For `bench cycle`: a minimal Strawberry app on Starlette/uvicorn/asyncpg serving
 operation documents as Turnwise (`askClarification`, `respondToClarification`) with three commits per
 cycle (insert the question, claim the answer, confirm it), an in-process hand-off, and no rules: no
 auth, no sessions or turns, no validation beyond GraphQL's. `python -m bench.floor --dsn
-postgresql://... --port N`. It counts its statements and transactions at `/metrics` the way
-`turnwise serve` does.
+postgresql://... --port N [--pool-size K]` (K: the most connections of its asyncpg pool, 20 by
+default; `bench cycle` sizes it from PostgreSQL's free connections). It counts its statements and
+transactions at `/metrics` the way `turnwise serve` does.
 
 For `bench connections` (`--live`, no database): the same subscription as Turnwise's,
 `pendingActionChanged(taskId)` with the same result type, a snapshot of the task's sessions first and
@@ -195,7 +196,7 @@ async def _keep_session(_conn: asyncpg.Connection) -> None:
     return None
 
 
-def create_app(dsn: str) -> Starlette:
+def create_app(dsn: str, pool_size: int = 20) -> Starlette:
     schema = strawberry.Schema(
         query=Query, mutation=Mutation, subscription=Subscription, extensions=[ParserCache, ValidationCache]
     )
@@ -204,7 +205,9 @@ def create_app(dsn: str) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         # No reset query on release: it would be one more transaction per commit at the database.
-        State.pool = await asyncpg.create_pool(dsn, min_size=2, max_size=20, reset=_keep_session)
+        State.pool = await asyncpg.create_pool(
+            dsn, min_size=min(2, pool_size), max_size=pool_size, reset=_keep_session
+        )
         async with State.pool.acquire() as conn:
             await conn.execute(DDL)
         try:
@@ -332,6 +335,7 @@ def main() -> None:
     parser.add_argument("--dsn", help="postgresql://user@host:port/database (the cycle floor)")
     parser.add_argument("--live", action="store_true", help="the live floor of `bench connections`")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--pool-size", type=int, default=20, help="the cycle floor's most connections")
     args = parser.parse_args()
     if args.live:
         app = create_live_app()
@@ -341,7 +345,7 @@ def main() -> None:
         gc.freeze()
         gc.set_threshold(50_000, 50, 100)
     elif args.dsn:
-        app = create_app(args.dsn)
+        app = create_app(args.dsn, args.pool_size)
     else:
         parser.error("--dsn is required without --live")
     uvicorn.run(

@@ -9,7 +9,7 @@ from sqlalchemy import insert, select
 
 from backend.db.engine import Database, utcnow
 from backend.db.tables import task_session_messages, task_session_turns, task_sessions, tasks
-from backend.repository import pending
+from backend.repository import message_fields, pending
 from bench.common import fresh_database, median, run, timed, write_result
 
 SIZES = [(10, 100), (100, 1_000), (1_000, 10_000), (10_000, 100_000)]
@@ -46,7 +46,7 @@ async def seed_history(db: Database, session_id: str, turns: int, messages: int)
                 "type": "clarification_request" if question else "message",
                 "author": "agent",
                 "content": "x" * 40,
-                "metadata": {"pending_id": f"p{j}", "status": "pending"} if question else {},
+                **message_fields.values_of({"pending_id": f"p{j}", "status": "pending"} if question else {}),
                 "created_at": now,
                 "updated_at": now,
             }

@@ -58,8 +58,9 @@ def database_errors() -> tuple[type[BaseException], ...]:
 
 @asynccontextmanager
 async def compiled_graph(conninfo: str, *, pool_size: int = 20) -> AsyncIterator[Any]:
-    """The graph compiled with an `AsyncPostgresSaver` on a pool of `pool_size` connections (the size
-    of Turnwise's and the floor's pools) to `conninfo` (a libpq URL), its tables set up."""
+    """The graph compiled with an `AsyncPostgresSaver` on a pool of at most `pool_size` connections
+    (`bench cycle` gives it the size of Turnwise's and the floor's pools, from PostgreSQL's free
+    connections) to `conninfo` (a libpq URL), its tables set up."""
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt

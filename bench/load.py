@@ -30,6 +30,7 @@ from sqlalchemy import select
 
 from backend.db.engine import Database
 from backend.db.tables import task_session_messages as M
+from backend.repository import message_fields
 from bench.common import pct, write_result
 from tests.api.client import Client, GraphQLError
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
@@ -303,13 +304,17 @@ async def invariants(database_url: str, log_path: Path, stats: Stats) -> dict[st
     db = Database(database_url)
     try:
         async with db.read() as conn:
-            rows = (await conn.execute(select(M.c.metadata).where(M.c.type == "clarification_request"))).all()
+            rows = (
+                await conn.execute(
+                    select(M.c.id, *message_fields.COLUMNS).where(M.c.type == "clarification_request")
+                )
+            ).all()
     finally:
         await db.dispose()
     statuses: dict[str, set[str]] = defaultdict(set)
     intents = 0
-    for (md,) in rows:
-        md = md if isinstance(md, dict) else json.loads(md)
+    for row in rows:
+        md = message_fields.metadata_of(row._mapping, where=row.id)
         statuses[md["pending_id"]].add(md.get("status") or "pending")
         intents += bool(md.get("response_delivery_pending"))
     answered = {p for p, s in statuses.items() if "answered" in s}

@@ -16,7 +16,7 @@ from backend.config import Settings
 from backend.db.engine import Database, utcnow
 from backend.db.tables import task_session_messages, task_session_turns, task_sessions, tasks
 from backend.domain.lifecycle import Answer, Detached
-from backend.repository import reservations
+from backend.repository import message_fields, reservations
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
@@ -145,14 +145,16 @@ async def seed_stranded(db: Database, n: int) -> None:
                         "type": "clarification_request",
                         "author": "agent",
                         "content": "Which?",
-                        "metadata": {
-                            "pending_id": f"p{i}",
-                            "question_id": "q1",
-                            "status": "answered",
-                            "agent_disconnected": True,
-                            "response_delivery_pending": True,
-                            "delivery_claim_id": f"c{i}",
-                        },
+                        **message_fields.values_of(
+                            {
+                                "pending_id": f"p{i}",
+                                "question_id": "q1",
+                                "status": "answered",
+                                "agent_disconnected": True,
+                                "response_delivery_pending": True,
+                                "delivery_claim_id": f"c{i}",
+                            }
+                        ),
                         "created_at": now,
                         "updated_at": now,
                     }

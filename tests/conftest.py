@@ -74,7 +74,9 @@ def pg_url() -> Iterator[str]:
 
 
 async def _admin(statement: str) -> None:
-    db = Database(PG_URL)
+    # Creating and dropping databases is not the service's work: DROP DATABASE waits for a
+    # checkpoint, which on a busy machine takes longer than the service's 2 s statement bound.
+    db = Database(PG_URL, connect_timeout=30, statement_timeout=120)
     try:
         async with db.engine.connect() as conn:
             conn = await conn.execution_options(isolation_level="AUTOCOMMIT")

@@ -1,4 +1,5 @@
-"""Refuses text that no store can keep faithfully (NUL, unpaired surrogates) before anything runs.
+"""Refuses text that no store can keep faithfully (NUL, unpaired surrogates), and variables nested
+deeper than anything walks safely, before anything runs.
 
 PostgreSQL text cannot hold NUL and UTF-8 cannot encode a lone surrogate, so such input would
 otherwise fail deep in a write as an internal error. Checked once, for every operation (HTTP and
@@ -8,7 +9,6 @@ WebSocket), over both the document's string literals and the variables.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, StringValueNode, visit
@@ -30,30 +30,59 @@ def storable(text: str) -> bool:
     return True
 
 
+# Lists and objects in an operation's variables nest at most this deep (a tool's input is JSON of any
+# shape): deeper ones are refused naming where, before anything walks them recursively.
+MAX_DEPTH = 256
+TOO_DEEP = f"lists and objects must not nest more than {MAX_DEPTH} levels deep"
+
+
 def _all_storable(value: Any) -> bool:
-    """`bad_variable_paths` finds nothing (checked without building a path per value)."""
-    if isinstance(value, str):
-        return storable(value)
-    if isinstance(value, dict):
-        return all((not isinstance(k, str) or storable(k)) and _all_storable(v) for k, v in value.items())
-    if isinstance(value, list):
-        return all(_all_storable(item) for item in value)
+    """`variable_problems` finds nothing (checked without building a path per value)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if not storable(item):
+                return False
+        elif isinstance(item, dict):
+            if depth >= MAX_DEPTH:
+                return False
+            for key, child in item.items():
+                if isinstance(key, str) and not storable(key):
+                    return False
+                stack.append((child, depth + 1))
+        elif isinstance(item, list):
+            if depth >= MAX_DEPTH:
+                return False
+            stack.extend((child, depth + 1) for child in item)
     return True
 
 
-def bad_variable_paths(value: Any, path: str) -> Iterator[str]:
-    if isinstance(value, str):
-        if not storable(value):
-            yield path
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str) and not storable(key):
-                yield path
+def variable_problems(value: Any, path: str) -> list[tuple[str, str]]:
+    """(where, what is wrong) for each unstorable text (or key) and each list or object nested too
+    deep."""
+    found: list[tuple[str, str]] = []
+    stack = [(value, path, 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if isinstance(item, str):
+            if not storable(item):
+                found.append((where, PROBLEM))
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_DEPTH:
+                found.append((where, TOO_DEEP))
+                continue
+            children: list[tuple[Any, str, int]] = []
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if isinstance(key, str) and not storable(key):
+                        found.append((where, PROBLEM))
+                    else:
+                        children.append((child, f"{where}.{key}", depth + 1))
             else:
-                yield from bad_variable_paths(item, f"{path}.{key}")
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from bad_variable_paths(item, f"{path}[{i}]")
+                children = [(child, f"{where}[{i}]", depth + 1) for i, child in enumerate(item)]
+            stack.extend(reversed(children))
+    return found
 
 
 class _Literals(Visitor):
@@ -95,7 +124,7 @@ def _literal_problems(text: str, document: DocumentNode) -> tuple[str, ...]:
 def text_problems(ctx: ExecutionContext) -> list[GraphQLError]:
     """The operation's unstorable text (variables and the document's string literals), as errors."""
     variables = ctx.variables or {}
-    bad = [] if _all_storable(variables) else list(bad_variable_paths(variables, "$"))
+    bad = [] if _all_storable(variables) else variable_problems(variables, "$")
     if ctx.graphql_document is not None:
-        bad += _literal_problems(ctx.query or "", ctx.graphql_document)
-    return [GraphQLError(f"{where}: {PROBLEM}", extensions={"code": "BAD_USER_INPUT"}) for where in bad]
+        bad += [(where, PROBLEM) for where in _literal_problems(ctx.query or "", ctx.graphql_document)]
+    return [GraphQLError(f"{where}: {what}", extensions={"code": "BAD_USER_INPUT"}) for where, what in bad]

@@ -86,9 +86,10 @@ class _LastShared:
 async def _offer_snapshot(
     services: Services, task_ids: list[str], scope: Scope, mailbox: Mailbox[SessionPending]
 ) -> None:
-    """The scope's current projections into the mailbox. A function of its own, so the rows it read
+    """The scope's current projections into the mailbox, read after the watcher was registered (in a
+    read shared with the subscriptions starting meanwhile). A function of its own, so the rows it read
     are not held by the subscription's frame for as long as it runs."""
-    sessions, projections = await services.reads.sessions_with_pending(task_ids)
+    sessions, projections = await services.reads.snapshot_coalesced(task_ids)
     for s in sessions:
         p = projections.get(s.id)
         if p is not None and scope(s.task_id, s.id):
@@ -130,7 +131,7 @@ async def _projection_scope(
     elif task_id is not None:
         tid = str(task_id)
         access.require_task_read(principal, tid)
-        await context.services.reads.task(tid)
+        await context.services.reads.require_task_coalesced(tid)
 
         def scope(t: str, _s: str) -> bool:
             return t == tid

@@ -169,7 +169,13 @@ class PermissionMutations:
         pending_id: strawberry.ID,
         behavior: PermissionBehavior,
         updated_input: JSON | None = strawberry.UNSET,
-        message: str | None = None,
+        message: Annotated[
+            str | None,
+            strawberry.argument(
+                description="DENY: the reason the agent is given, leading and trailing white space "
+                "trimmed; empty after trimming is no reason (null)."
+            ),
+        ] = None,
         remember: Annotated[
             bool,
             strawberry.argument(

@@ -24,16 +24,19 @@ import time
 from collections.abc import Iterator
 
 from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, ValidationRule
-from strawberry.extensions.parser_cache import DEFAULT_MAXSIZE, _get_parse_cache
-from strawberry.extensions.query_depth_limiter import create_validator
-from strawberry.schema.schema import validate_document
+from strawberry.extensions import QueryDepthLimiter
 
+from backend.api import strawberry_adapter
 from backend.api.errors import ErrorPolicy
 from backend.api.hygiene import text_problems
 from backend.api.limits import max_query_bytes
 from backend.api.observe import record_operation
 
-_parse = _get_parse_cache(DEFAULT_MAXSIZE)
+# Documents, and validation results, kept: as many as Strawberry's own caches keep by default.
+_CACHED = 128
+_parse = strawberry_adapter.parse_cache(_CACHED)
+# Strawberry's validation, or None: every document is then left to Strawberry's own validation step.
+_validate_document = strawberry_adapter.document_validator()
 
 
 Rules = tuple[type[ASTValidationRule], ...]
@@ -44,8 +47,9 @@ class _Validations:
     parses to the same document (the parser's options are fixed per schema), so the text stands for
     it; the schema is held by the key itself, so its identity cannot be reused while cached."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, validate: strawberry_adapter.Validate) -> None:
         self.maxsize = maxsize
+        self._validate = validate
         self._found: dict[tuple[GraphQLSchema, str, Rules], list[GraphQLError]] = {}
 
     def __call__(
@@ -58,14 +62,14 @@ class _Validations:
         key = (schema, query, rules)
         found = self._found.get(key)
         if found is None:
-            found = validate_document(schema, document, rules)
+            found = self._validate(schema, document, rules)
             if len(self._found) >= self.maxsize:
                 del self._found[next(iter(self._found))]
             self._found[key] = found
         return found
 
 
-_validate = _Validations(DEFAULT_MAXSIZE)
+_validate = _Validations(_CACHED, _validate_document) if _validate_document is not None else None
 # (Strawberry's rules, ours) -> both; a handful of entries (one per schema's limits).
 _RULES: dict[tuple[Rules, Rules], Rules] = {}
 
@@ -96,9 +100,12 @@ class OperationPolicy(ErrorPolicy):
                 ctx.graphql_document = _parse(query, **ctx.parse_options)
         document = ctx.graphql_document
         if document is not None and query:
-            # Validated here (cached): Strawberry's validation step then keeps these results. It
-            # checks the operation type first, which a validation result does not change.
-            ctx.pre_execution_errors = _validate(ctx.schema._schema, query, document, rules)
+            if _validate is not None:
+                # Validated here (cached): Strawberry's validation step then keeps these results. It
+                # checks the operation type first, which a validation result does not change.
+                ctx.pre_execution_errors = _validate(
+                    strawberry_adapter.core_schema(ctx.schema), query, document, rules
+                )
             problems = text_problems(ctx)
             if problems:
                 ctx.pre_execution_errors = problems  # the operation ends with these, executing nothing
@@ -110,5 +117,7 @@ class OperationPolicy(ErrorPolicy):
 def operation_policy(*, max_depth: int, max_tokens: int, max_bytes: int) -> type[OperationPolicy]:
     """The extension class for a schema: its rule classes are made once, so the validation cache
     (keyed by document and rules) hits for every repeated document."""
-    rules = (create_validator(max_depth, None), max_query_bytes(max_bytes))
+    # The depth rule of Strawberry's documented `QueryDepthLimiter` (the rules it adds, as any
+    # `AddValidationRules`), run here with the others rather than as an extension of its own.
+    rules = (*QueryDepthLimiter(max_depth=max_depth).validation_rules, max_query_bytes(max_bytes))
     return type("OperationPolicy", (OperationPolicy,), {"max_tokens": max_tokens, "rules": rules})

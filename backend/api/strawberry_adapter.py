@@ -4,7 +4,10 @@ Checked against (`CHECKED`): strawberry-graphql 0.341.2. The canary (`tests/api/
 checks that each name of `RELIED_ON` still exists with the shape used here, exercises it over a real
 WebSocket, and fails while the installed version differs from `CHECKED`, naming what to re-check.
 `TURNWISE_WS_ADAPTER=0` (`Settings.ws_adapter`) turns all of it off: the view then uses Strawberry's
-own handler, unchanged.
+own handler, unchanged, and the API parses documents through an `lru_cache` of its own. The parser
+is chosen when `backend/api/policy.py` is imported, before any `Settings` exist, so `parse_cache`
+reads the variable itself, as `Settings.from_env` does (a `Settings(ws_adapter=False)` made in code
+turns off the handler only).
 
 What it is for: a graphql-transport-ws connection waits for `connection_init` with a timer task
 (`connection_init_wait_timeout`), which the handler cancels when the message comes and keeps for as
@@ -15,6 +18,18 @@ here reads that error back once the task has ended, which drops it (what `Task.r
 cancelled task's error), and everything it kept goes with it. Nothing else changes: the timeout, the
 acknowledgement and every message are Strawberry's.
 
+And the parse cache (`parse_cache`): the API parses each operation's document itself, from a bounded
+cache of `graphql.parse` (`backend/api/policy.py`). With the adapter on that cache is Strawberry's
+own, the one its `ParserCache` extensions of the same size share, so a process running both parses
+a text once; off, or should the name be gone or no longer be an `lru_cache` around `graphql.parse`,
+it is a `functools.lru_cache` of the API's own, which parses to the same documents.
+
+And validation (`document_validator`): the API validates each operation's document itself, behind a
+bounded cache of results (`backend/api/policy.py`), with the function Strawberry's own validation
+step calls (graphql-core's `validate` with Strawberry's extra rules for `Maybe` and `@oneOf` inputs).
+Off, or should the name be gone, there is no validator here: the API then caches nothing and leaves
+every document to Strawberry's own validation step, which gives the same errors, only not cached.
+
 The names, and why there is no public way:
 
 - `AsyncBaseHTTPView.graphql_transport_ws_handler_class` (undocumented, not underscored): the class
@@ -24,15 +39,31 @@ The names, and why there is no public way:
   underscored): where the timer task is cancelled; extended, never replaced.
 - `BaseGraphQLTransportWSHandler.connection_init_timeout_task` (undocumented instance attribute):
   the timer task.
+- `strawberry.extensions.parser_cache._get_parse_cache(maxsize)` (private): Strawberry's shared
+  parse cache, `functools.lru_cache(maxsize)` around `graphql.parse`, one per `maxsize`. The only
+  public way to it is the `ParserCache` extension, which parses in its own `on_parse` hook (a context
+  manager of its own per operation, which `policy.py` exists to avoid) and gives no access to it.
+- `strawberry.schema.schema.validate_document(schema, document, validation_rules)` (undocumented,
+  not underscored): validation as Strawberry runs it. The public way is Strawberry's own validation
+  step, which runs it on every operation and keeps no result between operations.
+- `strawberry.Schema._schema` (private instance attribute): the graphql-core schema that
+  `validate_document` takes. Strawberry's validation step reads it the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
+
+from graphql import ASTValidationRule, DocumentNode, GraphQLError, GraphQLSchema, parse
+
+from backend.config import _switch
 
 # The library versions the names below were read and checked against.
 CHECKED = {"strawberry-graphql": "0.341.2"}
@@ -40,9 +71,10 @@ CHECKED = {"strawberry-graphql": "0.341.2"}
 
 @dataclass(frozen=True, slots=True)
 class Reliance:
-    """One name relied on: `owner` ("module:Class"), the attribute, what it must be (`coroutine`,
-    `attribute`, `instance attribute`: assigned by the class's `__init__`), and for a coroutine the
-    leading parameter names."""
+    """One name relied on: `owner` ("module:Class", or "module" for a module's own name), the
+    attribute, what it must be (`coroutine`, `function`: called, not awaited, `attribute`, `instance
+    attribute`: assigned by the class's `__init__`), and for a coroutine or function the leading
+    parameter names."""
 
     library: str
     owner: str
@@ -52,6 +84,8 @@ class Reliance:
 
 
 _HANDLERS = "strawberry.subscriptions.protocols.graphql_transport_ws.handlers:BaseGraphQLTransportWSHandler"
+_PARSER_CACHE = "strawberry.extensions.parser_cache"
+_SCHEMA = "strawberry.schema.schema"
 
 RELIED_ON: tuple[Reliance, ...] = (
     Reliance(
@@ -62,6 +96,15 @@ RELIED_ON: tuple[Reliance, ...] = (
     ),
     Reliance("strawberry-graphql", _HANDLERS, "handle_connection_init", "coroutine", ("self", "message")),
     Reliance("strawberry-graphql", _HANDLERS, "connection_init_timeout_task", "instance attribute"),
+    Reliance("strawberry-graphql", _PARSER_CACHE, "_get_parse_cache", "function", ("maxsize",)),
+    Reliance(
+        "strawberry-graphql",
+        _SCHEMA,
+        "validate_document",
+        "function",
+        ("schema", "document", "validation_rules"),
+    ),
+    Reliance("strawberry-graphql", f"{_SCHEMA}:Schema", "_schema", "instance attribute"),
 )
 
 
@@ -95,3 +138,61 @@ def transport_ws_handler(base: type[Any]) -> type[Any]:
 def use_in(view: Any) -> None:
     """Make `view` (a Strawberry view) run its graphql-transport-ws connections with the handler above."""
     view.graphql_transport_ws_handler_class = transport_ws_handler(view.graphql_transport_ws_handler_class)
+
+
+# `graphql.parse` behind a cache: the same arguments, the same document for the same text.
+Parse = Callable[..., DocumentNode]
+
+
+def switched_on() -> bool:
+    """TURNWISE_WS_ADAPTER, read as `Settings.from_env` reads it (on unless "0", "false" or "no")."""
+    return _switch("TURNWISE_WS_ADAPTER")
+
+
+def _strawberry_parse_cache(maxsize: int | None) -> Parse | None:
+    """Strawberry's shared parse cache of `maxsize`, or None where it is gone or no longer an
+    `lru_cache` around `graphql.parse`."""
+    try:
+        cached = importlib.import_module(_PARSER_CACHE)._get_parse_cache(maxsize)
+    except (ImportError, AttributeError, TypeError):
+        return None
+    if getattr(cached, "__wrapped__", None) is not parse or not hasattr(cached, "cache_info"):
+        return None
+    return cached  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _own_parse_cache(maxsize: int | None) -> Parse:
+    return functools.lru_cache(maxsize=maxsize)(parse)
+
+
+def parse_cache(maxsize: int | None) -> Parse:
+    """`graphql.parse` (same arguments) behind a cache of `maxsize` documents, one per `maxsize`:
+    Strawberry's own while the adapter is on (`switched_on`, read now), else one of the API's own."""
+    if switched_on():
+        cached = _strawberry_parse_cache(maxsize)
+        if cached is not None:
+            return cached
+    return _own_parse_cache(maxsize)
+
+
+# Validation as Strawberry's own validation step runs it: (graphql-core schema, document, rules) ->
+# errors; and the graphql-core schema of a Strawberry schema.
+Validate = Callable[[GraphQLSchema, DocumentNode, tuple[type[ASTValidationRule], ...]], list[GraphQLError]]
+
+
+def core_schema(schema: Any) -> GraphQLSchema:
+    """The graphql-core schema that Strawberry's `schema` (a `strawberry.Schema`) executes."""
+    return schema._schema  # type: ignore[no-any-return]
+
+
+def document_validator() -> Validate | None:
+    """Strawberry's `validate_document` while the adapter is on (`switched_on`, read now) and the name
+    is there; else None: validation is then left to Strawberry's own step."""
+    if not switched_on():
+        return None
+    try:
+        found = importlib.import_module(_SCHEMA).validate_document
+    except (ImportError, AttributeError):
+        return None
+    return found if callable(found) else None

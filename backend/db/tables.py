@@ -79,9 +79,6 @@ task_session_turns = Table(
     ),
 )
 
-PENDING_STATUS_PG = "coalesce((metadata ->> 'status'), '') IN ('pending', '')"
-PENDING_STATUS_SQLITE = "coalesce(json_extract(metadata, '$.status'), '') IN ('pending', '')"
-
 task_session_messages = Table(
     "task_session_messages",
     metadata,
@@ -93,20 +90,40 @@ task_session_messages = Table(
     Column("author", String(32), nullable=False),
     Column("content", Text, nullable=False, server_default=""),
     Column("metadata", JSONDoc, nullable=False, server_default=text("'{}'")),
+    # A pending action's row: the bundle it belongs to (written once, at the ask), its status, and the
+    # durable claim of a response (`claim_id`, with `delivery_pending` while its delivery is owed).
+    # Columns of their own, so a claim or a settle changes no indexed value (no index reads status,
+    # the claim or metadata): on PostgreSQL both are heap-only updates. The repository shows them to
+    # the domain as the metadata keys they once were (`repository/message_fields.py`).
+    Column("pending_id", ID, nullable=True),
+    Column("status", String(16), nullable=True),
+    Column("claim_id", ID, nullable=True),
+    Column("delivery_pending", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_messages_turn_type", "turn_id", "type"),
     Index("ix_messages_session_created", "session_id", "created_at", "id"),
-    # The pending rows of a turn (a question or permission request still waiting): the one rule's
-    # pending tests read only these, so their cost does not grow with the turn's answered history.
-    # The predicate is the text `repository.authority.is_pending_status` compiles to on each dialect.
+    # Bundle lookups; only the rows of pending actions carry a pending_id.
     Index(
-        "ix_messages_pending_turn",
-        "turn_id",
-        "type",
-        sqlite_where=text(PENDING_STATUS_SQLITE),
-        postgresql_where=text(PENDING_STATUS_PG),
+        "ix_messages_pending_id",
+        "pending_id",
+        sqlite_where=text("pending_id IS NOT NULL"),
+        postgresql_where=text("pending_id IS NOT NULL"),
     ),
+)
+
+# The rows of pending actions whose status is pending (`authority.is_pending_row`), keyed by turn:
+# what the one rule's pending tests read, so their cost does not grow with a turn's answered
+# history, while the message rows themselves carry no index on their status. Kept by triggers on
+# `task_session_messages` (migration 0007), never written by the code: every insert, status change
+# and delete of a message row updates it in the same statement, on both dialects.
+open_pending_rows = Table(
+    "open_pending_rows",
+    metadata,
+    Column("turn_id", ID, primary_key=True),
+    Column("type", String(64), primary_key=True),
+    Column("session_id", ID, primary_key=True),
+    Column("message_id", ID, primary_key=True),
 )
 
 task_status_summaries = Table(
@@ -195,6 +212,8 @@ permission_rules = Table(
     Column("tool_name", String(200), nullable=False),
     Column("input_key", String(64), nullable=False),
     Column("input", JSONDoc, nullable=True),
+    # The input's JSON text (migration 0009): read back exactly, where JSONB rewrites numbers.
+    Column("input_json", Text, nullable=True),
     Column("created_by", ID, nullable=True),
     Column("source_pending_id", ID, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),

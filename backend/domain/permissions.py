@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from backend.domain.errors import InvalidInput
@@ -31,6 +33,11 @@ ALLOW = "allow"
 DENY = "deny"
 
 
+# A NUL in the canonical text: the escape \u0000 itself, not a backslash written before "u0000" (that
+# is text a command may well hold, and reads "\\u0000" there).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -41,7 +48,7 @@ def _json_value(field_name: str, value: Any) -> Any:
         text = canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(field_name, f"must be a JSON value ({exc})") from None
-    if "\\u0000" in text:
+    if _NUL_ESCAPE.search(text) is not None:
         raise InvalidInput(field_name, "must not contain NUL characters")
     try:
         size = len(text.encode())
@@ -89,7 +96,7 @@ class PermissionSpec:
             "question_id": PERMISSION_KEY,
             PERMISSION_KEY: {
                 "tool_name": self.tool_name,
-                "input": self.input,
+                "input_json": canonical_json(self.input),
                 "tool_use_id": self.tool_use_id,
             },
         }
@@ -126,10 +133,26 @@ def permission_signature(spec: PermissionSpec, context: str | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _stored_value(raw: Mapping[str, Any], key: str) -> Any:
+    """A tool's input (or an edited one) as stored: its canonical JSON text inside the row's metadata,
+    so it reads back exactly on both dialects (PostgreSQL's JSONB would keep 1e16 as
+    10000000000000000 and -0.0 as 0, and the agent would be handed those). Rows written before keep
+    the value itself."""
+    text = raw.get(f"{key}_json")
+    return json.loads(text) if isinstance(text, str) else raw.get(key)
+
+
 def request_of(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The tool request a row's metadata holds (None: not a permission row)."""
+    """The tool request a row's metadata holds, its `input` read back exactly (None: not a permission
+    row)."""
     raw = metadata.get(PERMISSION_KEY)
-    return raw if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        return None
+    if "input_json" not in raw:
+        return raw
+    request = {key: value for key, value in raw.items() if key != "input_json"}
+    request["input"] = _stored_value(raw, "input")
+    return request
 
 
 # --- deciding -----------------------------------------------------------------------------------
@@ -184,7 +207,7 @@ class Decision:
     def as_response(self) -> dict[str, Any]:
         return {
             "behavior": self.behavior,
-            "updated_input": self.updated_input,
+            "updated_input_json": canonical_json(self.updated_input),
             "message": self.message,
             "remember": self.remember,
             "remember_any_input": self.remember_any_input,
@@ -206,7 +229,7 @@ def decision_from_response(raw: Any) -> Decision | None:
     message = raw.get("message")
     return Decision(
         behavior=str(raw["behavior"]),
-        updated_input=raw.get("updated_input"),
+        updated_input=_stored_value(raw, "updated_input"),
         message=message if isinstance(message, str) else None,
         remember=raw.get("remember") is True,
         remember_any_input=raw.get("remember_any_input") is True,
@@ -255,7 +278,7 @@ def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
                 "updatedInput", f"must be a JSON {expected} like the tool's input, not a {got}"
             )
         exact_rule = sent.remember and not sent.remember_any_input
-        if exact_rule and canonical_json(edited) != canonical_json(original):
+        if exact_rule and input_key(edited) != input_key(original):
             # A rule for one exact input would allow what the agent asked for, not what the person
             # approved: "always allow X" on a request for Y says neither.
             raise InvalidInput(
@@ -274,9 +297,28 @@ def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
 # --- remembered rules ---------------------------------------------------------------------------
 
 
+def comparable(value: Any) -> Any:
+    """`value` as a rule compares it: each number by its value, whatever form it was written in. A
+    float that is a whole number is the integer it is (PostgreSQL's JSONB keeps 1e16 as
+    10000000000000000, 1.7e18 as 1700000000000000000 and -0.0 as 0.0, which is what an input read back
+    from it holds), read from its shortest decimal form, as JSON wrote it."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            decimal = Decimal(repr(value))
+            if decimal == decimal.to_integral_value():
+                return int(decimal)
+        return value
+    if isinstance(value, dict):
+        return {key: comparable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [comparable(item) for item in value]
+    return value
+
+
 def input_key(value: Any) -> str:
-    """What a rule for one exact input compares: the input's canonical JSON, hashed."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    """What a rule for one exact input compares: the input's canonical JSON, its numbers compared by
+    value (`comparable`), hashed."""
+    return hashlib.sha256(canonical_json(comparable(value)).encode()).hexdigest()
 
 
 ANY_INPUT = ""  # the input key of a rule that matches any input of its tool

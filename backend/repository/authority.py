@@ -11,7 +11,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, case, exists, func, literal_column, not_, or_, select
 from sqlalchemy.sql.selectable import ScalarSelect
 
-from backend.db.sqlfuncs import json_flag, json_text
+from backend.db.sqlfuncs import json_flag
+from backend.db.tables import open_pending_rows as OPEN
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns as T
 from backend.domain.states import (
@@ -33,8 +34,8 @@ ATTEMPTED = "prompt_dispatch_attempted"
 _EVIDENCE = M.alias("evidence")
 _OPEN_TURN = T.alias("open_turn")
 _CLOSED_TURN = T.alias("closed_turn")
-_PENDING_OF_KIND = {
-    kind: M.alias(f"pending_{kind}") for kind in (MESSAGE_KIND_CLARIFICATION, MESSAGE_KIND_PERMISSION)
+_OPEN_OF_KIND = {
+    kind: OPEN.alias(f"open_{kind}") for kind in (MESSAGE_KIND_CLARIFICATION, MESSAGE_KIND_PERMISSION)
 }
 
 
@@ -87,10 +88,9 @@ def current_turn_id(session_id: Col) -> ColumnElement[Any]:
 def is_pending_status(message: Any) -> ColumnElement[bool]:
     """Status `pending`, or missing/empty (legacy); callers must already restrict to the current turn.
 
-    Rendered with literal constants, exactly as the predicate of the partial index
-    `ix_messages_pending_turn` (backend/db/tables.py), so both planners can use that index: the
-    pending rows of a turn are found without walking its answered history."""
-    return func.coalesce(json_text(message.c.metadata, "status"), literal_column("''")).in_(
+    Rendered with literal constants, as the triggers that keep `open_pending_rows` test it (migration
+    0007)."""
+    return func.coalesce(message.c.status, literal_column("''")).in_(
         [literal_column(f"'{ClarificationStatus.PENDING.value}'"), literal_column("''")]
     )
 
@@ -105,7 +105,7 @@ def is_kind(message: Any, kind: str) -> ColumnElement[bool]:
     is_type: ColumnElement[bool] = message.c.type == kind
     if kind != MESSAGE_KIND_CLARIFICATION:
         return is_type
-    return and_(message.c.type == kind, func.coalesce(json_text(message.c.metadata, "pending_id"), "") != "")
+    return and_(message.c.type == kind, func.coalesce(message.c.pending_id, "") != "")
 
 
 # The message types whose rows form pending actions (bundles) with one lifecycle.
@@ -115,19 +115,30 @@ PENDING_ACTION_TYPES = (MESSAGE_KIND_CLARIFICATION, MESSAGE_KIND_PERMISSION)
 def is_pending_action(message: Any) -> ColumnElement[bool]:
     """A row of a pending action of either kind: only through a non-empty pending_id (without one, a
     row is unanswerable history)."""
+    return and_(message.c.type.in_(PENDING_ACTION_TYPES), func.coalesce(message.c.pending_id, "") != "")
+
+
+def is_pending_row(message: Any) -> ColumnElement[bool]:
+    """A row `open_pending_rows` holds: of a pending action's kind (`is_kind`) with a pending status.
+    The triggers of migration 0007 keep that table to exactly these rows; this is the same condition
+    as SQL, for the test that checks them against each other."""
     return and_(
-        message.c.type.in_(PENDING_ACTION_TYPES),
-        func.coalesce(json_text(message.c.metadata, "pending_id"), "") != "",
+        or_(*(is_kind(message, kind) for kind in PENDING_ACTION_TYPES)),
+        is_pending_status(message),
     )
+
+
+def open_rows(session_id: Col, turn_id: Col) -> Any:
+    """The ids of the pending rows of this turn of this session, read from `open_pending_rows` (an
+    index-sized lookup however long the turn's answered history)."""
+    return select(OPEN.c.message_id).where(OPEN.c.turn_id == turn_id, OPEN.c.session_id == session_id)
 
 
 def has_pending_kind(session_id: Col, turn_id: Col, kind: str) -> ColumnElement[bool]:
-    m = _PENDING_OF_KIND.get(kind)
-    if m is None:
-        m = M.alias(f"pending_{kind}")
-    return exists().where(
-        m.c.turn_id == turn_id, m.c.session_id == session_id, is_kind(m, kind), is_pending_status(m)
-    )
+    o = _OPEN_OF_KIND.get(kind)
+    if o is None:
+        o = OPEN.alias(f"open_{kind}")
+    return exists().where(o.c.turn_id == turn_id, o.c.type == kind, o.c.session_id == session_id)
 
 
 def pending_action(session_id: Col, state: Col, turn_id: Col) -> ColumnElement[Any]:
@@ -144,18 +155,28 @@ def pending_action(session_id: Col, state: Col, turn_id: Col) -> ColumnElement[A
 
 
 def active_pending_rows(
-    message: Any, session_state: Col, types: tuple[str, ...] = PENDING_ACTION_TYPES
+    message: Any,
+    session_state: Col,
+    types: tuple[str, ...] = PENDING_ACTION_TYPES,
+    *,
+    session_id: Col | None = None,
 ) -> ColumnElement[bool]:
     """Rows of active pending actions (of these message types): pending, in the current turn of a
-    live session."""
+    live session.
+
+    `session_id`: the one session the caller restricts `message` to (a bound parameter); the rows are
+    then found from that session's current turn's open rows (`open_rows`), never by walking the
+    turn's answered history. Without it the condition is asked of each message row (correlated to
+    it, one level deep: a subquery nested deeper would not correlate)."""
     of_type: ColumnElement[bool] = (
         is_pending_action(message)
         if types == PENDING_ACTION_TYPES
         else and_(is_pending_action(message), message.c.type.in_(types))
     )
-    return and_(
-        of_type,
-        is_pending_status(message),
-        message.c.turn_id == current_turn_id(message.c.session_id),
-        session_is_live(session_state),
-    )
+    if session_id is None:
+        in_current_turn = message.c.turn_id == current_turn_id(message.c.session_id)
+    else:
+        # An open row names its message's own turn (the triggers copy it), so this is also the
+        # current-turn test: the turn is derived once.
+        in_current_turn = message.c.id.in_(open_rows(session_id, current_turn_id(session_id)))
+    return and_(in_current_turn, of_type, is_pending_status(message), session_is_live(session_state))

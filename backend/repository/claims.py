@@ -11,21 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, case, exists, func, not_, select, update
+from sqlalchemy import ColumnElement, bindparam, case, exists, false, func, not_, null, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
 from backend.db.prepared import Prepared, run_alone
-from backend.db.sqlfuncs import json_flag, json_patch, json_text, json_update
+from backend.db.sqlfuncs import json_patch, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
-from backend.domain.lifecycle import CLAIM_KEY, INTENT_KEY, Answer, BundleRow
+from backend.domain.lifecycle import Answer, BundleRow
 from backend.domain.permissions import Decision
 from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, tasks
 from backend.repository.pending_rows import (
     ACTIVE_ROWS,
     B_SESSION,
+    BUNDLE_ROW_COLUMNS,
     IN_CURRENT_TURN,
     PENDING_ID_IS,
     SESSION_LIVE,
@@ -98,23 +99,25 @@ async def claim_bumping(
             bump=together,
         )
         return claimed, together and bool(claimed)
-    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
+    columns, patch = _claim_values(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
     qid = json_text(M.c.metadata, "question_id")
-    if not answers:
-        new_metadata: Any = json_update(M.c.metadata, base)
-    else:
+    new_metadata: Any = json_update(M.c.metadata, patch) if patch else M.c.metadata
+    if answers:
         new_metadata = case(
             *(
-                (qid == question_id, json_update(M.c.metadata, {**base, "response": a.as_response()}))
+                (qid == question_id, json_update(M.c.metadata, {**patch, "response": a.as_response()}))
                 for question_id, a in answers.items()
             ),
-            else_=json_update(M.c.metadata, base),
+            else_=new_metadata,
         )
+    values: dict[str, Any] = {**columns, "updated_at": utcnow()}
+    if new_metadata is not M.c.metadata:
+        values["metadata"] = new_metadata
     result = await conn.execute(
         update(M)
         .where(*_claimable(M.c.id.in_(list(message_ids))))
-        .values(metadata=new_metadata, updated_at=utcnow())
-        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata),
+        .values(values)
+        .returning(*BUNDLE_ROW_COLUMNS),
         bound(session_id, pending_id),
     )
     return [bundle_row(r) for r in result], False
@@ -122,19 +125,20 @@ async def claim_bumping(
 
 def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
     """Which of these rows a claim of bundle `b_pending_id` may take: active, and not already claimed."""
-    return (rows_, PENDING_ID_IS, ACTIVE_ROWS, not_(json_flag(M.c.metadata, INTENT_KEY)))
+    return (rows_, PENDING_ID_IS, ACTIVE_ROWS, not_(M.c.delivery_pending))
 
 
-def _claim_metadata(*, rejected: bool, claim_id: str | None, detach_rows: bool) -> dict[str, Any]:
-    """What a claim writes into every claimed row (the answer itself aside)."""
+def _claim_values(
+    *, rejected: bool, claim_id: str | None, detach_rows: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a claim writes into every claimed row (the answer itself aside): (its columns, the
+    metadata keys it sets)."""
     status = ClarificationStatus.REJECTED if rejected else ClarificationStatus.ANSWERED
-    base: dict[str, Any] = {"status": status.value}
+    columns: dict[str, Any] = {"status": status.value}
     if claim_id is not None:
-        base[INTENT_KEY] = True
-        base[CLAIM_KEY] = claim_id
-    if detach_rows:
-        base["agent_disconnected"] = True
-    return base
+        columns["claim_id"] = claim_id
+        columns["delivery_pending"] = true()
+    return columns, ({"agent_disconnected": True} if detach_rows else {})
 
 
 # The claim of a one-row bundle (the common case), built once per shape of the written metadata.
@@ -160,23 +164,40 @@ def _with_bump(write: Any, *, also: Any = None) -> Any:
     return select(*done.c, select(func.count()).select_from(bump).scalar_subquery().label("bumped"))
 
 
-def _claim_one_statement(keys: tuple[str, ...], with_response: bool, *, bump: bool = False) -> Prepared:
-    shape = (*keys, "+response" if with_response else "", "+bump" if bump else "")
+def _claim_one_statement(
+    patch_keys: tuple[str, ...], claims: bool, with_response: bool, *, bump: bool = False
+) -> Prepared:
+    shape = (
+        *patch_keys,
+        "+claim" if claims else "",
+        "+response" if with_response else "",
+        "+bump" if bump else "",
+    )
     prepared = _CLAIM_ONE.get(shape)
     if prepared is None:
-        base = json_update(M.c.metadata, dict.fromkeys(keys), param="b_patch")
-        new_metadata: Any = base
-        if with_response:
-            answered = json_update(M.c.metadata, dict.fromkeys((*keys, "response")), param="b_patch_answer")
-            new_metadata = case(
-                (json_text(M.c.metadata, "question_id") == bindparam("b_question_id"), answered), else_=base
-            )
-        write = (
-            update(M)
-            .where(*_CLAIM_WHERE)
-            .values(metadata=new_metadata, updated_at=bindparam("b_now", type_=M.c.updated_at.type))
-            .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+        values: dict[str, Any] = {
+            "status": bindparam("b_status", type_=M.c.status.type),
+            "updated_at": bindparam("b_now", type_=M.c.updated_at.type),
+        }
+        if claims:
+            values["claim_id"] = bindparam("b_claim_id", type_=M.c.claim_id.type)
+            values["delivery_pending"] = true()
+        new_metadata: Any = (
+            json_update(M.c.metadata, dict.fromkeys(patch_keys), param="b_patch")
+            if patch_keys
+            else M.c.metadata
         )
+        if with_response:
+            answered = json_update(
+                M.c.metadata, dict.fromkeys((*patch_keys, "response")), param="b_patch_answer"
+            )
+            new_metadata = case(
+                (json_text(M.c.metadata, "question_id") == bindparam("b_question_id"), answered),
+                else_=new_metadata,
+            )
+        if new_metadata is not M.c.metadata:
+            values["metadata"] = new_metadata
+        write = update(M).where(*_CLAIM_WHERE).values(values).returning(*BUNDLE_ROW_COLUMNS)
         prepared = _CLAIM_ONE[shape] = Prepared(_with_bump(write) if bump else write)
     return prepared
 
@@ -195,40 +216,38 @@ async def _claim_one(
 ) -> list[BundleRow]:
     """`claim` for one row: the same conditional UPDATE, with its values bound instead of built
     (`bump`: PostgreSQL only, with the session's sequence bump when it claimed anything)."""
-    base = _claim_metadata(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
+    columns, patch = _claim_values(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
     params: dict[str, Any] = {
         **bound(session_id, pending_id),
         "b_id": message_id,
-        "b_patch": json_patch(base),
+        "b_status": columns["status"],
         "b_now": utcnow(),
     }
+    if claim_id is not None:
+        params["b_claim_id"] = claim_id
+    if patch:
+        params["b_patch"] = json_patch(patch)
     if answer is not None:
         question_id, value = answer
         params["b_question_id"] = question_id
-        params["b_patch_answer"] = json_patch({**base, "response": value.as_response()})
-    claimed = await _claim_one_statement(tuple(base), answer is not None, bump=bump).rows(conn, params)
+        params["b_patch_answer"] = json_patch({**patch, "response": value.as_response()})
+    statement = _claim_one_statement(tuple(patch), claim_id is not None, answer is not None, bump=bump)
+    claimed = await statement.rows(conn, params)
     return [bundle_row(r) for r in claimed]
 
 
 def _claimed_by(message_ids: Sequence[str], claim_id: str) -> list[ColumnElement[bool]]:
-    return [
-        M.c.id.in_(list(message_ids)),
-        json_flag(M.c.metadata, INTENT_KEY),
-        json_text(M.c.metadata, CLAIM_KEY) == claim_id,
-    ]
+    return [M.c.id.in_(list(message_ids)), M.c.delivery_pending, M.c.claim_id == claim_id]
 
 
 def _settle(rows_: ColumnElement[bool]) -> Any:
-    """Remove the delivery intent of these rows while claim `b_claim` still holds it."""
+    """Remove the delivery intent of these rows while claim `b_claim` still holds it. It writes one
+    unindexed column: on PostgreSQL a heap-only update."""
     return (
         update(M)
-        .where(
-            rows_,
-            json_flag(M.c.metadata, INTENT_KEY),
-            json_text(M.c.metadata, CLAIM_KEY) == bindparam("b_claim"),
-        )
-        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-        .returning(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata)
+        .where(rows_, M.c.delivery_pending, M.c.claim_id == bindparam("b_claim", type_=M.c.claim_id.type))
+        .values(delivery_pending=false())
+        .returning(*BUNDLE_ROW_COLUMNS)
     )
 
 
@@ -306,7 +325,13 @@ async def settle_claim(conn: AsyncConnection, message_ids: Sequence[str], claim_
     return [bundle_row(r) for r in result]
 
 
-RESTORE_REMOVES = (INTENT_KEY, CLAIM_KEY, "response")
+# What a restore writes besides the pending status: no claim, no intent, and no response.
+RESTORE_COLUMNS: dict[str, Any] = {
+    "status": ClarificationStatus.PENDING.value,
+    "claim_id": null(),
+    "delivery_pending": false(),
+}
+RESTORE_REMOVES = ("response",)
 
 
 async def restore_claim(
@@ -314,9 +339,7 @@ async def restore_claim(
 ) -> list[str]:
     """Put exactly this claim's rows back to pending, only while their turn is current and the session
     live. Serializes with `settle_claim` under the session lock: whichever runs first wins."""
-    values: dict[str, Any] = {"status": ClarificationStatus.PENDING.value}
-    if detach_rows:
-        values["agent_disconnected"] = True
+    patch: dict[str, Any] = {"agent_disconnected": True} if detach_rows else {}
     result = await conn.execute(
         update(M)
         .where(
@@ -325,7 +348,11 @@ async def restore_claim(
             IN_CURRENT_TURN,
             SESSION_LIVE,
         )
-        .values(metadata=json_update(M.c.metadata, values, remove=RESTORE_REMOVES), updated_at=utcnow())
+        .values(
+            **RESTORE_COLUMNS,
+            metadata=json_update(M.c.metadata, patch, remove=RESTORE_REMOVES),
+            updated_at=utcnow(),
+        )
         .returning(M.c.id),
         bound(session_id),
     )

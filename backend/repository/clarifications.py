@@ -25,7 +25,7 @@ from backend.domain.ids import new_id
 from backend.domain.lifecycle import BundleRow, Spec
 from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
-from backend.repository import reach, rows, summaries, tasks
+from backend.repository import message_fields, reach, rows, summaries, tasks
 from backend.repository.authority import (
     PENDING_ACTION_TYPES,
     active_pending_rows,
@@ -38,7 +38,7 @@ from backend.repository.locks import lock_key
 from backend.repository.pending_rows import (
     ACTIVE_ROWS,
     B_SESSION,
-    IN_CURRENT_TURN,
+    OPEN_IN_CURRENT_TURN,
     PENDING_ID_IS,
     PID,
     bound,
@@ -73,8 +73,7 @@ def _bundle_facts(where: ColumnElement[bool]) -> Any:
             M.c.id,
             M.c.session_id,
             M.c.turn_id,
-            M.c.metadata,
-            PID.label("pending_id"),
+            *message_fields.COLUMNS,
             S.c.task_id,
             S.c.state,
             current_turn_id(M.c.session_id).label("current_turn"),
@@ -92,7 +91,9 @@ _ACTIVE_BY_SIGNATURE = (
     select(PID.label("pending_id"))
     .where(
         M.c.session_id == B_SESSION,
-        active_pending_rows(M, select(S.c.state).where(S.c.id == B_SESSION).scalar_subquery()),
+        active_pending_rows(
+            M, select(S.c.state).where(S.c.id == B_SESSION).scalar_subquery(), session_id=B_SESSION
+        ),
         json_text(M.c.metadata, "bundle_signature") == bindparam("b_signature"),
     )
     .limit(1)
@@ -109,22 +110,23 @@ _ASK_CONTEXT = Prepared(
         _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
     ).where(S.c.id == B_SESSION)
 )
-_INSERT_ROW_STATEMENT = M.insert().values(
-    {
-        c: bindparam(f"b_{c}", type_=M.c[c].type)
-        for c in (
-            "id",
-            "session_id",
-            "turn_id",
-            "type",
-            "author",
-            "content",
-            "metadata",
-            "created_at",
-            "updated_at",
-        )
-    }
+# The columns a new message row is written with (`_row_values`).
+_ROW_COLUMNS = (
+    "id",
+    "session_id",
+    "turn_id",
+    "type",
+    "author",
+    "content",
+    "metadata",
+    "pending_id",
+    "status",
+    "claim_id",
+    "delivery_pending",
+    "created_at",
+    "updated_at",
 )
+_INSERT_ROW_STATEMENT = M.insert().values({c: bindparam(f"b_{c}", type_=M.c[c].type) for c in _ROW_COLUMNS})
 # PostgreSQL: the row and the session's new state (with its sequence bump) in one statement.
 _INSERT_AND_SET_STATE = Prepared(
     select(_INSERT_ROW_STATEMENT.returning(M.c.id).cte("inserted").c.id).add_cte(
@@ -204,7 +206,7 @@ async def active_pending_ids_for_sessions(
     statement for the batch."""
     if not session_ids:
         return {}
-    pid = json_text(M.c.metadata, "pending_id")
+    pid = M.c.pending_id
     query = (
         select(M.c.session_id, pid.label("pending_id"), func.max(M.c.created_at).label("newest"))
         .join(S, S.c.id == M.c.session_id)
@@ -272,6 +274,7 @@ def _bundle_records(
 
 
 def _row_values(r: MessageRecord) -> dict[str, Any]:
+    fields = message_fields.values_of(r.metadata)
     return {
         "b_id": r.id,
         "b_session_id": r.session_id,
@@ -279,7 +282,7 @@ def _row_values(r: MessageRecord) -> dict[str, Any]:
         "b_type": r.type,
         "b_author": r.author,
         "b_content": r.content,
-        "b_metadata": r.metadata,
+        **{f"b_{name}": value for name, value in fields.items()},
         "b_created_at": r.created_at,
         "b_updated_at": r.updated_at,
     }
@@ -361,17 +364,12 @@ _ASK_CTX = (
 _ASK_INSERTED = (
     M.insert()
     .from_select(
-        ["id", "session_id", "turn_id", "type", "author", "content", "metadata", "created_at", "updated_at"],
+        list(_ROW_COLUMNS),
         select(
             bindparam("b_id", type_=M.c.id.type),
             _ASK_CTX.c.id,
             _ASK_CTX.c.current_turn,
-            bindparam("b_type", type_=M.c.type.type),
-            bindparam("b_author", type_=M.c.author.type),
-            bindparam("b_content", type_=M.c.content.type),
-            bindparam("b_metadata", type_=M.c.metadata.type),
-            bindparam("b_created_at", type_=M.c.created_at.type),
-            bindparam("b_updated_at", type_=M.c.updated_at.type),
+            *(bindparam(f"b_{c}", type_=M.c[c].type) for c in _ROW_COLUMNS[3:]),
         ).where(
             _ASK_CTX.c.current_turn.is_not(None),
             _ASK_CTX.c.reusable.is_(None),
@@ -510,8 +508,7 @@ async def detach(
     waiter of the same questions must not detach it.
     """
     conditions = [ACTIVE_ROWS, not_(json_flag(M.c.metadata, "agent_disconnected"))]
-    if pending_id is not None:
-        conditions.append(PENDING_ID_IS)
+    conditions.append(OPEN_IN_CURRENT_TURN if pending_id is None else PENDING_ID_IS)
     if waiter_id is not None:
         conditions.append(json_text(M.c.metadata, "waiter_id") == waiter_id)
     if turn_id is not None:
@@ -520,7 +517,7 @@ async def detach(
         update(M)
         .where(*conditions)
         .values(metadata=json_update(M.c.metadata, {"agent_disconnected": True}))
-        .returning(M.c.id, json_text(M.c.metadata, "pending_id").label("pending_id")),
+        .returning(M.c.id, M.c.pending_id),
         bound(session_id, pending_id),
     )
     return [(r.id, str(r.pending_id)) for r in result]
@@ -533,7 +530,7 @@ async def close_pending(
     result = await conn.execute(
         update(M)
         .where(PENDING_ID_IS, ACTIVE_ROWS)
-        .values(metadata=json_update(M.c.metadata, {"status": status.value}), updated_at=utcnow())
+        .values(status=status.value, updated_at=utcnow())
         .returning(M.c.id),
         bound(session_id, pending_id),
     )
@@ -551,11 +548,12 @@ async def expire_current_turn_bundles(conn: AsyncConnection, session_id: str) ->
         .where(
             M.c.session_id == B_SESSION,
             is_pending_action(M),
-            IN_CURRENT_TURN,
+            # (an open row of the current turn is a row of the current turn: derived once)
+            OPEN_IN_CURRENT_TURN,
             is_pending_status(M),
         )
         .values(
-            metadata=json_update(M.c.metadata, {"status": ClarificationStatus.EXPIRED.value}),
+            status=ClarificationStatus.EXPIRED.value,
             updated_at=utcnow(),
         )
         .returning(M.c.id),

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, and_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.sqlfuncs import json_flag, json_text, json_update
+from backend.db.sqlfuncs import json_flag, json_update
 from backend.db.tables import session_inbox as I
 from backend.db.tables import task_session_messages as M
 from backend.repository.authority import current_turn_id
@@ -117,7 +117,7 @@ async def unmark_bundles(conn: AsyncConnection, session_id: str, pending_ids: Se
         update(M)
         .where(
             M.c.session_id == session_id,
-            json_text(M.c.metadata, "pending_id").in_(list(pending_ids)),
+            M.c.pending_id.in_(list(pending_ids)),
             json_flag(M.c.metadata, QUEUED_KEY),
         )
         .values(metadata=json_update(M.c.metadata, remove=(QUEUED_KEY,)))

@@ -12,7 +12,7 @@ from backend.db.tables import task_session_messages as M
 from backend.domain.errors import NotFound
 from backend.domain.ids import new_id
 from backend.domain.records import MessageRecord
-from backend.repository import rows
+from backend.repository import message_fields
 
 
 async def insert_message(
@@ -37,7 +37,7 @@ async def insert_message(
             type=kind,
             author=author,
             content=content,
-            metadata=record.metadata,
+            **message_fields.values_of(record.metadata),
             created_at=now,
             updated_at=now,
         )
@@ -49,7 +49,7 @@ async def get_message(conn: AsyncConnection, message_id: str) -> MessageRecord:
     row = (await conn.execute(select(M).where(M.c.id == message_id))).first()
     if row is None:
         raise NotFound("message", message_id)
-    return rows.message(row)
+    return message_fields.record(row)
 
 
 async def page_messages(
@@ -71,7 +71,7 @@ async def page_messages(
             )
         )
     query = query.order_by(M.c.created_at, M.c.id).limit(first)
-    return [rows.message(r) for r in await conn.execute(query)]
+    return [message_fields.record(r) for r in await conn.execute(query)]
 
 
 async def delete_message(conn: AsyncConnection, message_id: str) -> None:
@@ -83,7 +83,7 @@ async def get_messages(conn: AsyncConnection, message_ids: list[str]) -> dict[st
     if not message_ids:
         return {}
     result = await conn.execute(select(M).where(M.c.id.in_(list(dict.fromkeys(message_ids)))))
-    return {r.id: rows.message(r) for r in result}
+    return {r.id: message_fields.record(r) for r in result}
 
 
 async def changed_since(
@@ -99,6 +99,6 @@ async def changed_since(
         .order_by(M.c.updated_at.desc(), M.c.id.desc())
         .limit(limit)
     )
-    found = [rows.message(r) for r in await conn.execute(query)]
+    found = [message_fields.record(r) for r in await conn.execute(query)]
     found.reverse()
     return found

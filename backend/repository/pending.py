@@ -9,7 +9,6 @@ from sqlalchemy import ColumnElement, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.prepared import Prepared
-from backend.db.sqlfuncs import json_text
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData
@@ -48,13 +47,11 @@ _BY_TASK_ID_P = Prepared(
 _SESSION_STATE = (
     select(S.c.state).where(S.c.id == bindparam("b_session", type_=S.c.id.type)).scalar_subquery()
 )
-_PENDING_ID = json_text(M.c.metadata, "pending_id")
+_PENDING_ID = M.c.pending_id
+_B_SESSION = bindparam("b_session", type_=S.c.id.type)
 _ACTIVE_PENDING_IDS = (
     select(_PENDING_ID.label("pending_id"))
-    .where(
-        M.c.session_id == bindparam("b_session", type_=S.c.id.type),
-        active_pending_rows(M, _SESSION_STATE),
-    )
+    .where(M.c.session_id == _B_SESSION, active_pending_rows(M, _SESSION_STATE, session_id=_B_SESSION))
     .group_by(_PENDING_ID)
     .order_by(_PENDING_ID)
 )

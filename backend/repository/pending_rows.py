@@ -13,23 +13,26 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, exists, select
 
-from backend.db.sqlfuncs import json_text
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import BundleRow
-from backend.repository import rows
+from backend.repository import message_fields
 from backend.repository.authority import (
     current_turn_id,
     is_pending_action,
     is_pending_status,
+    open_rows,
     session_is_live,
 )
 
 B_SESSION = bindparam("b_session", type_=S.c.id.type)
 B_PENDING_ID = bindparam("b_pending_id", type_=M.c.id.type)
-PID = json_text(M.c.metadata, "pending_id")
+PID = M.c.pending_id
 PENDING_ID_IS = PID == B_PENDING_ID
 IN_CURRENT_TURN = M.c.turn_id == select(current_turn_id(B_SESSION)).scalar_subquery()
+# The same rows found from the current turn's open rows: what a write of every active row of the
+# session (not of one bundle) adds, so it never walks the turn's answered history.
+OPEN_IN_CURRENT_TURN = M.c.id.in_(open_rows(B_SESSION, select(current_turn_id(B_SESSION)).scalar_subquery()))
 SESSION_LIVE = exists().where(S.c.id == B_SESSION, session_is_live(S.c.state))
 
 # The one named "active rows" condition: pending rows of a pending action of the current turn of the
@@ -51,11 +54,12 @@ def bound(session_id: str, pending_id: str | None = None) -> dict[str, str]:
     return params
 
 
+# What a statement returning bundle rows returns (`bundle_row` reads these).
+BUNDLE_ROW_COLUMNS = (M.c.id, M.c.session_id, M.c.turn_id, *message_fields.COLUMNS)
+
+
 def bundle_row(row: Any) -> BundleRow:
     m = row._mapping
     return BundleRow(
-        m["id"],
-        m["session_id"],
-        m["turn_id"],
-        rows.metadata_of(m["metadata"], where=f"message {m['id']}"),
+        m["id"], m["session_id"], m["turn_id"], message_fields.metadata_of(m, where=f"message {m['id']}")
     )

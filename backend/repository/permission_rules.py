@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,7 +15,7 @@ from backend.db.engine import utcnow
 from backend.db.prepared import Prepared
 from backend.db.tables import permission_rules as R
 from backend.domain.ids import new_id
-from backend.domain.permissions import ANY_INPUT, input_key, rule_keys
+from backend.domain.permissions import ANY_INPUT, canonical_json, input_key, rule_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +30,19 @@ class RuleRecord:
     created_at: datetime
 
 
+def _input(row: Any) -> Any:
+    """The rule's input as remembered: its JSON text where it has one (JSONB rewrites numbers)."""
+    if row.input_key == ANY_INPUT:
+        return None
+    return row.input if row.input_json is None else json.loads(row.input_json)
+
+
 def _record(row: Any) -> RuleRecord:
     return RuleRecord(
         row.id,
         row.session_id,
         row.tool_name,
-        None if row.input_key == ANY_INPUT else row.input,
+        _input(row),
         row.input_key == ANY_INPUT,
         row.created_by,
         row.source_pending_id,
@@ -103,6 +111,7 @@ async def remember(
             tool_name=tool_name,
             input_key=key,
             input=rule.input,
+            input_json=None if any_input else canonical_json(tool_input),
             created_by=created_by,
             source_pending_id=source_pending_id,
             created_at=rule.created_at,

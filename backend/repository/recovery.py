@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import exists, not_, select, update
+from sqlalchemy import exists, false, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
 from backend.db.sqlfuncs import json_flag, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
-from backend.domain.lifecycle import INTENT_KEY, BundleRow
-from backend.domain.states import ClarificationStatus
+from backend.domain.lifecycle import BundleRow
 from backend.repository.authority import (
     PENDING_ACTION_TYPES,
     active_pending_rows,
@@ -23,16 +22,14 @@ from backend.repository.authority import (
     is_pending_status,
     session_is_live,
 )
-from backend.repository.claims import RESTORE_REMOVES
-from backend.repository.pending_rows import bundle_row
+from backend.repository.claims import RESTORE_COLUMNS, RESTORE_REMOVES
+from backend.repository.pending_rows import BUNDLE_ROW_COLUMNS, bundle_row
 
 
 async def delivery_intents(conn: AsyncConnection) -> list[BundleRow]:
     """Every row still carrying a durable delivery intent (startup only)."""
     result = await conn.execute(
-        select(M.c.id, M.c.session_id, M.c.turn_id, M.c.metadata).where(
-            M.c.type.in_(PENDING_ACTION_TYPES), json_flag(M.c.metadata, INTENT_KEY)
-        )
+        select(*BUNDLE_ROW_COLUMNS).where(M.c.type.in_(PENDING_ACTION_TYPES), M.c.delivery_pending)
     )
     return [bundle_row(r) for r in result]
 
@@ -45,14 +42,13 @@ async def restore_intents(conn: AsyncConnection, message_ids: Sequence[str]) -> 
         update(M)
         .where(
             M.c.id.in_(list(message_ids)),
-            json_flag(M.c.metadata, INTENT_KEY),
+            M.c.delivery_pending,
             M.c.turn_id == current_turn_id(M.c.session_id),
             exists().where(S.c.id == M.c.session_id, session_is_live(S.c.state)),
         )
         .values(
-            metadata=json_update(
-                M.c.metadata, {"status": ClarificationStatus.PENDING.value}, remove=RESTORE_REMOVES
-            ),
+            **RESTORE_COLUMNS,
+            metadata=json_update(M.c.metadata, remove=RESTORE_REMOVES),
             updated_at=utcnow(),
         )
         .returning(M.c.id, M.c.session_id)
@@ -66,8 +62,8 @@ async def retire_intents(conn: AsyncConnection, message_ids: Sequence[str]) -> l
         return []
     result = await conn.execute(
         update(M)
-        .where(M.c.id.in_(list(message_ids)), json_flag(M.c.metadata, INTENT_KEY))
-        .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
+        .where(M.c.id.in_(list(message_ids)), M.c.delivery_pending)
+        .values(delivery_pending=false())
         .returning(M.c.id, M.c.session_id)
     )
     return [(r.id, r.session_id) for r in result]

@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import and_, delete, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.db.sqlfuncs import json_flag, json_text, json_update
+from backend.db.sqlfuncs import json_flag, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns as T
 from backend.db.tables import task_sessions as S
 from backend.domain.records import TurnRecord
-from backend.repository import rows, turns
+from backend.repository import message_fields, rows, turns
 from backend.repository.authority import ATTEMPTED, PENDING, has_message_evidence
 
 __all__ = ["ATTEMPTED", "PENDING"]  # defined beside the rule that reads them
@@ -139,8 +139,8 @@ async def source_rows(conn: AsyncConnection, message_ids: Sequence[str]) -> list
     """The question rows a resume prompt answers (metadata only), in question order."""
     if not message_ids:
         return []
-    result = await conn.execute(select(M.c.id, M.c.metadata).where(M.c.id.in_(list(message_ids))))
-    found = [rows.metadata_of(r.metadata, where=f"message {r.id}") for r in result]
+    result = await conn.execute(select(M.c.id, *message_fields.COLUMNS).where(M.c.id.in_(list(message_ids))))
+    found = [message_fields.metadata_of(r._mapping, where=f"message {r.id}") for r in result]
 
     def index(md: dict[str, Any]) -> int:
         value = md.get("question_index")
@@ -211,9 +211,7 @@ async def claimed_row_facts(
     if not message_ids:
         return {}
     result = await conn.execute(
-        select(
-            M.c.id, M.c.session_id, M.c.turn_id, json_text(M.c.metadata, "pending_id").label("pending_id")
-        ).where(M.c.id.in_(list(message_ids)))
+        select(M.c.id, M.c.session_id, M.c.turn_id, M.c.pending_id).where(M.c.id.in_(list(message_ids)))
     )
     return {r.id: (r.session_id, r.turn_id, r.pending_id) for r in result}
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from backend.domain.errors import CorruptData
-from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
+from backend.domain.records import SessionRecord, TaskRecord, TurnRecord
 
 
 def metadata_of(value: Any, *, where: str) -> dict[str, Any]:
@@ -51,19 +51,4 @@ def turn(row: Any) -> TurnRecord:
         m["completed_at"],
         m["created_at"],
         metadata_of(m["metadata"], where=f"turn {m['id']}"),
-    )
-
-
-def message(row: Any) -> MessageRecord:
-    m = row._mapping
-    return MessageRecord(
-        m["id"],
-        m["session_id"],
-        m["turn_id"],
-        m["type"],
-        m["author"],
-        m["content"],
-        metadata_of(m["metadata"], where=f"message {m['id']}"),
-        m["created_at"],
-        m["updated_at"],
     )

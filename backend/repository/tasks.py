@@ -134,7 +134,7 @@ WAITING_AND_UNBLOCKED = (
     not_(
         exists().where(
             _BLOCKING.c.session_id == _B_SESSION,
-            active_pending_rows(_BLOCKING, task_sessions.c.state),
+            active_pending_rows(_BLOCKING, task_sessions.c.state, session_id=_B_SESSION),
         )
     ),
 )

@@ -25,7 +25,6 @@ from backend.domain.lifecycle import (
 )
 from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import clarifications as repo
-from backend.repository import instances
 from backend.repository.reach import AskOutbox
 from backend.services.bounded import bounded
 from backend.services.context import Deps
@@ -85,15 +84,17 @@ class PendingActionsBase:
     # (backend/services/reach.py), committed with the ask or not at all.
     on_asked: AskNotifier | None = None
     _background: set[asyncio.Task[Any]] = field(default_factory=set)
-    # pending id -> session, for bundles this process asked or answered: a bundle never changes
-    # session, so a respond to one of them locks its session without first looking it up.
+    # pending id -> session, for bundles this process asked or answered and those other processes
+    # announced (the live hub hears them): a bundle never changes session, so a respond to one of
+    # them locks its session without first looking it up.
     _session_of: dict[str, str] = field(default_factory=dict)
     session_memory: int = 10_000
     restorer: Restorer = field(init=False)
 
     # --- helpers --------------------------------------------------------------------------------
 
-    def _remember_session(self, pending_id: str, session_id: str) -> None:
+    def remember_session(self, pending_id: str, session_id: str) -> None:
+        """A bundle's session: this process asked or answered it, or another process announced it."""
         memory = self._session_of
         if pending_id not in memory:
             if len(memory) >= self.session_memory:
@@ -146,7 +147,7 @@ class PendingActionsBase:
         heartbeat = None
         if self.hub.needs_heartbeat(instance):
             known = present(instance, "waiter instance")
-            heartbeat = (await instances.heartbeats(conn, [known])).get(known)
+            heartbeat = await self.hub.heartbeat(conn, known)
         alive = self.hub.alive(instance, bundle.waiter_id, heartbeat)
         return replace(bundle, waiter_alive=alive) if alive else bundle
 

@@ -264,7 +264,11 @@ class Clarifications(Responding):
                 )
             waiter.pending_id = pending_id
             w.publish_messages(
-                session.task_id, session_id, "message.added" if reused is None else "message.updated", changed
+                session.task_id,
+                session_id,
+                "message.added" if reused is None else "message.updated",
+                changed,
+                pending_id=pending_id,
             )
             if session.state != SessionState.WAITING_FOR_INPUT:
                 if reused is not None:  # a new bundle's insert already set it
@@ -276,7 +280,7 @@ class Clarifications(Responding):
             if bundle is None:
                 bundle = await self._load(conn, pending_id)
         bundle = present(bundle, f"bundle {pending_id} just written")
-        self._remember_session(pending_id, session_id)
+        self.remember_session(pending_id, session_id)
         return bundle, {
             "message": f"{bundle.kind.value} asked" if reused is None else f"{bundle.kind.value} re-attached",
             "event": "clarification.asked" if reused is None else "clarification.attached",

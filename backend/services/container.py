@@ -92,13 +92,16 @@ class Services:
             primary_answer_notifier=watchdogs.arm,
             on_asked=reach,
         )
+        live = LiveHub(deps, summaries)
+        # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
+        live.bundle_sessions.append(clarifications.remember_session)
         return cls(
             deps=deps,
             operations=Operations(deps, reservations=orchestrator),
             reads=Reads(deps),
             summaries=summaries,
             access=Access(deps),
-            live=LiveHub(deps, summaries),
+            live=live,
             prompts=prompts,
             waiters=waiters,
             clarifications=clarifications,

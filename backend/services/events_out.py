@@ -19,9 +19,12 @@ def session_change(
     turn_id: str | None = None,
     content_only: bool = False,
     projected: bool = False,
+    pending_id: str | None = None,
 ) -> list[tuple[str, dict[str, object]]]:
     """One change as the message that fans it out on the task channel, which every process hears and
-    routes to its own subscribers (session events, waiters, projector, watchdog)."""
+    routes to its own subscribers (session events, waiters, projector, watchdog). `pending_id`: a new
+    bundle's id, with its session: a bundle never changes session, so every process that hears it
+    can lock that session for a respond without first looking it up."""
     event: dict[str, object] = {
         "type": kind,
         "task_id": task_id,
@@ -33,6 +36,8 @@ def session_change(
     if projected:
         # The writer already brought the task's summary up to date in its own transaction.
         event["projected"] = True
+    if pending_id is not None:
+        event["pending_id"] = pending_id
     return [(TASK_CHANNEL, event)]
 
 

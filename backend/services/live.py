@@ -203,6 +203,8 @@ class LiveHub:
     _subscribed: list[asyncio.Event] = field(default_factory=list)
     _gap: bool = False
     resyncs: int = 0
+    # Told (pending id, session) of every bundle a process announces (`session_change`).
+    bundle_sessions: list[Callable[[str, str], None]] = field(default_factory=list)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -279,6 +281,10 @@ class LiveHub:
             self._gap = True
         else:
             self._raw.append(event)
+            pending_id, session_id = event.get("pending_id"), event.get("session_id")
+            if isinstance(pending_id, str) and isinstance(session_id, str):
+                for told in self.bundle_sessions:
+                    told(pending_id, session_id)
         self._wake.set()
 
     def _on_summary(self, event: dict[str, Any]) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from backend import faults
-from backend.domain.errors import InvalidInput
+from backend.domain.errors import InvalidInput, NotFound
 from backend.domain.records import MessageRecord, SessionPending, SessionRecord, TaskRecord, TurnRecord
 from backend.repository import messages, pending, tasks, turns
+from backend.services.coalesce import Coalesced
 from backend.services.context import Deps
 
 MAX_PAGE = 500
@@ -16,9 +17,20 @@ MAX_PAGE = 500
 FAULT_DERIVE = "pending.derive"
 
 
+SessionsWithPending = tuple[list[SessionRecord], dict[str, SessionPending]]
+
+
 @dataclass
 class Reads:
     deps: Deps
+    # What a subscription reads as it starts, coalesced across subscribers (`coalesce.py`): many
+    # reconnecting at once cost a few statements, not one or two each.
+    _tasks_now: Coalesced[str, list[TaskRecord]] = field(init=False, repr=False)
+    _snapshots: Coalesced[str, SessionsWithPending] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._tasks_now = Coalesced(self.tasks)
+        self._snapshots = Coalesced(self.sessions_with_pending)
 
     async def tasks(self, task_ids: Sequence[str] | None = None) -> list[TaskRecord]:
         async with self.deps.db.read() as conn:
@@ -32,9 +44,7 @@ class Reads:
         async with self.deps.db.read() as conn:
             return await tasks.get_session(conn, session_id)
 
-    async def sessions_with_pending(
-        self, task_ids: Sequence[str]
-    ) -> tuple[list[SessionRecord], dict[str, SessionPending]]:
+    async def sessions_with_pending(self, task_ids: Sequence[str]) -> SessionsWithPending:
         """Sessions of many tasks and their projections: one statement whatever the count."""
         async with self.deps.db.read() as conn:
             faults.check(FAULT_DERIVE)
@@ -42,6 +52,20 @@ class Reads:
         sessions = [s for s, _ in pairs]
         projections = {s.id: p for s, p in pairs}
         return sessions, projections
+
+    async def require_task_coalesced(self, task_id: str) -> None:
+        """NotFound unless the task exists, read as `task` would, in a read shared with other callers
+        that asked meanwhile (one that starts after this call)."""
+        if not any(t.id == task_id for t in await self._tasks_now.read([task_id])):
+            raise NotFound("task", task_id)
+
+    async def snapshot_coalesced(self, task_ids: Sequence[str]) -> SessionsWithPending:
+        """`sessions_with_pending(task_ids)`, in a read shared with other callers that asked meanwhile
+        (one that starts after this call)."""
+        wanted = set(task_ids)
+        sessions, projections = await self._snapshots.read(task_ids)
+        mine = [s for s in sessions if s.task_id in wanted]
+        return mine, {s.id: projections[s.id] for s in mine if s.id in projections}
 
     async def pending_for_sessions(self, session_ids: Sequence[str]) -> dict[str, SessionPending]:
         async with self.deps.db.read() as conn:

@@ -37,7 +37,7 @@ from backend.domain.lifecycle import (
 )
 from backend.domain.permissions import Decision
 from backend.domain.states import PendingActionKind
-from backend.repository import claims, instances, tasks
+from backend.repository import claims, tasks
 from backend.repository import clarifications as repo
 from backend.services.bundles import Authorize, PendingActionsBase
 from backend.services.restorer import UNAVAILABLE_LATER, UNAVAILABLE_RETRY
@@ -137,7 +137,7 @@ class Responding(PendingActionsBase):
                 raise NotFound(kind.value, pending_id)
             if bundle.session_id != session_id:
                 raise BrokenInvariant(f"bundle {pending_id} moved from session {session_id}")
-            self._remember_session(pending_id, bundle.session_id)
+            self.remember_session(pending_id, bundle.session_id)
             authorize(bundle.task_id, bundle.session_id)
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:
@@ -282,8 +282,8 @@ class Responding(PendingActionsBase):
                 if not self.hub.needs_heartbeat(instance_id):
                     continue
             async with self.deps.db.read() as conn:
-                beats = await instances.heartbeats(conn, [instance_id])
-            if not self.hub.heartbeat_fresh(beats.get(instance_id)):
+                beat = await self.hub.heartbeat(conn, instance_id)
+            if not self.hub.heartbeat_fresh(beat):
                 log.warning(
                     "waiter process gone before confirming",
                     extra={"event": "clarification.waiter_gone", "instance_id": instance_id},

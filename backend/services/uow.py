@@ -48,6 +48,8 @@ class Event:
     kind: str
     message_id: str | None = None
     turn_id: str | None = None
+    # The bundle a message belongs to, announced with its session (see `session_change`).
+    pending_id: str | None = None
 
 
 @dataclass
@@ -127,13 +129,26 @@ class Work:
         *,
         message_id: str | None = None,
         turn_id: str | None = None,
+        pending_id: str | None = None,
     ) -> None:
         """Queue one event; it is published only after the commit succeeded."""
-        self.events.append(Event(task_id, session_id, kind, message_id, turn_id))
+        self.events.append(Event(task_id, session_id, kind, message_id, turn_id, pending_id))
 
-    def publish_messages(self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str]) -> None:
+    def publish_messages(
+        self,
+        task_id: str,
+        session_id: str,
+        kind: str,
+        message_ids: Sequence[str],
+        *,
+        pending_id: str | None = None,
+    ) -> None:
+        """One event per message; `pending_id`: the bundle they belong to, announced to every process
+        with the first of them."""
+        announced = pending_id
         for message_id in message_ids:
-            self.publish(task_id, session_id, kind, message_id=message_id)
+            self.publish(task_id, session_id, kind, message_id=message_id, pending_id=announced)
+            announced = None
 
     def post(self, channel: str, message: dict[str, object]) -> None:
         """Queue one message of another channel; published with the events, after the commit."""
@@ -216,6 +231,7 @@ async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:
             message_id=event.message_id,
             turn_id=event.turn_id,
             projected=work.projected,
+            pending_id=event.pending_id,
         )
     ]
     if written and FAULT_PUBLISH not in deps.settings.fault_points:

@@ -27,16 +27,20 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from backend import faults
 from backend.bus import BUS_GAP, TASK_CHANNEL
 from backend.db.engine import utcnow
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
+from backend.domain.permissions import Decision, decision_from_response
 from backend.repository import instances
 from backend.services.background import stop_tasks
 from backend.services.context import Deps
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
 log = logging.getLogger("turnwise.clarification")
 
@@ -48,7 +52,13 @@ def instance_channel(instance_id: str) -> str:
 
 
 def claim_to_json(claim: Claim) -> dict[str, Any]:
-    return asdict(claim)
+    """A claim as the hand-off message carries it to another process: a question's answer as its
+    fields, a permission request's decision as it is stored (`{"decision": ...}`)."""
+    data = asdict(claim)
+    data["answers"] = [
+        {"decision": a.as_response()} if isinstance(a, Decision) else asdict(a) for a in claim.answers
+    ]
+    return data
 
 
 def claim_from_json(data: dict[str, Any]) -> Claim:
@@ -59,13 +69,19 @@ def claim_from_json(data: dict[str, Any]) -> Claim:
         task_id=str(data["task_id"]),
         turn_id=str(data["turn_id"]),
         message_ids=tuple(str(m) for m in data["message_ids"]),
-        answers=tuple(
-            Answer(
-                str(a["question_id"]), tuple(str(s) for s in a["selected_option_ids"]), a.get("custom_text")
-            )
-            for a in data["answers"]
-        ),
+        answers=tuple(_answer_from_json(a) for a in data["answers"]),
         rejected=bool(data["rejected"]),
+    )
+
+
+def _answer_from_json(data: dict[str, Any]) -> Answer | Decision:
+    if "decision" in data:
+        decision = decision_from_response(data["decision"])
+        if decision is None:
+            raise ValueError("a hand-off carried an unreadable decision")
+        return decision
+    return Answer(
+        str(data["question_id"]), tuple(str(s) for s in data["selected_option_ids"]), data.get("custom_text")
     )
 
 
@@ -104,6 +120,10 @@ class Waiter:
             self.queue.put_nowait(Notice(NoticeKind.WAKE))
 
 
+# Other processes whose heartbeat a hub keeps (a fleet is far smaller).
+_BEATS_KEPT = 1024
+
+
 class WaiterHub:
     def __init__(self, deps: Deps) -> None:
         self.deps = deps
@@ -116,6 +136,9 @@ class WaiterHub:
         self._remote: dict[str, asyncio.TimerHandle | None] = {}
         self._retries: set[asyncio.Task[None]] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        # The newest heartbeat read of each other process: while it is fresh, so is the process's
+        # stored one (a heartbeat only moves forward), and no read is needed.
+        self._beats: dict[str, dt.datetime] = {}
         self.started = False
 
     @property
@@ -210,6 +233,23 @@ class WaiterHub:
         if instance_id == self.instance_id:
             return self.is_local_waiter(waiter_id)
         return self.shared_bus and self.heartbeat_fresh(heartbeat)
+
+    async def heartbeat(self, conn: AsyncConnection, instance_id: str) -> dt.datetime | None:
+        """Another process's last heartbeat: the one read before while it is still fresh (the stored
+        one can only be newer, so it is fresh too), else read now. Liveness so decided is never
+        later than a read would have decided it: a process stops beating when it crashes, and when
+        it stops cleanly it has detached its waiters' rows first (their liveness no longer counts)."""
+        known = self._beats.get(instance_id)
+        if known is not None and self.heartbeat_fresh(known):
+            return known
+        beat = (await instances.heartbeats(conn, [instance_id])).get(instance_id)
+        if beat is None:
+            self._beats.pop(instance_id, None)
+        else:
+            if len(self._beats) >= _BEATS_KEPT and instance_id not in self._beats:
+                del self._beats[next(iter(self._beats))]  # the oldest first
+            self._beats[instance_id] = beat
+        return beat
 
     def heartbeat_fresh(self, heartbeat: dt.datetime | None) -> bool:
         """Another process counts as running until it misses three heartbeats."""
@@ -350,5 +390,10 @@ class WaiterHub:
             return
         for waiter_id in list(self._by_session.get(str(event.get("session_id")), ())):
             waiter = self._waiters.get(waiter_id)
-            if waiter is not None:
+            # A waiter still asking (no bundle yet) has nothing to re-read: its ask names the bundle
+            # inside the unit that holds the session's lock, so an event that arrives before that
+            # is of a write committed before the ask took the lock, which the ask's own statements
+            # read. (The event of the previous answer's confirmation often lands here, as the agent
+            # asks its next question.)
+            if waiter is not None and waiter.pending_id is not None:
                 waiter.wake()

@@ -31,6 +31,19 @@ RESPOND_PERMISSION = f"""mutation($p: ID!, $b: PermissionBehavior!, $m: String) 
 PERMISSION = f"query($p: ID!) {{ permission(pendingId: $p) {{ pendingId {REQUEST} }} }}"
 
 
+def permission_vars(pending_id: str, behavior: str, **kw: Any) -> dict[str, Any]:
+    """respondToPermission's variables ($p $b $i $m $r $any) for a decision; `kw`: updated_input,
+    message, remember, any_input."""
+    return {
+        "p": pending_id,
+        "b": behavior,
+        "i": kw.get("updated_input"),
+        "m": kw.get("message"),
+        "r": kw.get("remember", False),
+        "any": kw.get("any_input", False),
+    }
+
+
 @dataclass(frozen=True)
 class ApiKind:
     name: str

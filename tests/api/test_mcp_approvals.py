@@ -15,6 +15,7 @@ from mcp.types import CallToolResult
 
 from tests.api.client import Client
 from tests.api.gql import START
+from tests.api.kinds import permission_vars
 from tests.api.test_mcp import agent_session, mcp_session
 from tests.servers import Server
 
@@ -51,15 +52,9 @@ def as_claude_code_reads(result: CallToolResult) -> dict[str, Any]:
 
 
 async def respond(admin: Client, pending_id: str, behavior: str, **kw: Any) -> dict[str, Any]:
-    variables = {
-        "p": pending_id,
-        "b": behavior,
-        "i": kw.get("updated_input"),
-        "m": kw.get("message"),
-        "r": kw.get("remember", False),
-        "any": kw.get("any_input", False),
-    }
-    return dict((await admin.execute(RESPOND, variables))["respondToPermission"])
+    return dict(
+        (await admin.execute(RESPOND, permission_vars(pending_id, behavior, **kw)))["respondToPermission"]
+    )
 
 
 # Everything a call could write, as clients read it.

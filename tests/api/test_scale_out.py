@@ -21,6 +21,7 @@ from backend.db.engine import Database
 from backend.db.tables import task_session_messages as M
 from tests.api.client import Client, GraphQLError
 from tests.api.gql import CREATE_USER, GRANT, ISSUE, REVOKE, running_session
+from tests.api.kinds import ASK_PERMISSION, BASH, RESPOND_PERMISSION
 from tests.conftest import redis_url
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database, server_pair
 
@@ -120,13 +121,12 @@ async def waiter_instance(database_url: str, pending_id: str) -> str:
     db = Database(database_url)
     try:
         async with db.read() as conn:
-            rows = (await conn.execute(select(M.c.metadata).where(M.c.type == "clarification_request"))).all()
+            rows = (await conn.execute(select(M.c.metadata).where(M.c.pending_id == pending_id))).all()
     finally:
         await db.dispose()
     for (metadata,) in rows:
         md = metadata if isinstance(metadata, dict) else json.loads(metadata)
-        if md.get("pending_id") == pending_id:
-            return str(md["waiter_instance"])
+        return str(md["waiter_instance"])
     raise AssertionError(f"no row of {pending_id}")
 
 
@@ -187,6 +187,43 @@ async def test_two_workers_serve_a_full_cycle_across_workers(two_workers: Server
                 "__typename": "ClarificationAnswered",
                 "pendingId": pending_id,
                 "answers": [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"]}],
+            }
+    finally:
+        await admin.aclose()
+
+
+async def test_two_workers_serve_a_permission_decided_on_the_other_worker(two_workers: Server) -> None:
+    # A decision crosses workers as the answer does: handed to the agent's worker over the bus,
+    # confirmed there, and the agent gets it as decided, edited input and all.
+    admin = Client(two_workers.base_url, ADMIN_TOKEN)
+    try:
+        _, session_id = await running_session(admin)
+        async with admin.subscribe(ASK_PERMISSION, {"s": session_id, "n": "Bash", "i": BASH}) as sub:
+            asked = (await sub.next())["askPermission"]
+            assert asked["__typename"] == "PermissionAsked", asked
+            pending_id = asked["request"]["pendingId"]
+            agents_worker = await waiter_instance(two_workers.database_url, pending_id)
+            pinned = await pinned_connections(two_workers.base_url)
+            try:
+                assert agents_worker in pinned
+                (other,) = [i for i in pinned if i != agents_worker]
+                http = pinned[other]
+                variables = {"p": pending_id, "b": "ALLOW"}
+                body = (
+                    await http.post("/graphql", json={"query": RESPOND_PERMISSION, "variables": variables})
+                ).json()
+                assert (await http.get("/readyz")).json()["instance"] == other
+            finally:
+                for client in pinned.values():
+                    await client.aclose()
+            responded = body["data"]["respondToPermission"]
+            assert responded["__typename"] == "PermissionResponded", body
+            assert responded["resumed"] is False  # delivered live, not resumed
+            decided = (await sub.next())["askPermission"]
+            assert decided == {
+                "__typename": "PermissionDecided",
+                "pendingId": pending_id,
+                "decision": {"behavior": "ALLOW", "updatedInput": BASH, "message": None},
             }
     finally:
         await admin.aclose()

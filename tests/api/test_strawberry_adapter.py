@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import graphql
 import pytest
 import strawberry
 from starlette.applications import Starlette
@@ -28,8 +29,9 @@ _WHERE = "backend/api/strawberry_adapter.py"
 
 
 def _owner(reliance: adapter.Reliance) -> Any:
-    module, name = reliance.owner.split(":")
-    return getattr(importlib.import_module(module), name)
+    module, _, name = reliance.owner.partition(":")
+    found = importlib.import_module(module)
+    return getattr(found, name) if name else found
 
 
 def test_the_installed_strawberry_is_the_version_the_names_were_checked_against() -> None:
@@ -44,7 +46,7 @@ def test_the_installed_strawberry_is_the_version_the_names_were_checked_against(
     )
 
 
-@pytest.mark.parametrize("reliance", adapter.RELIED_ON, ids=lambda r: f"{r.owner.split(':')[1]}.{r.name}")
+@pytest.mark.parametrize("reliance", adapter.RELIED_ON, ids=lambda r: f"{r.owner.split(':')[-1]}.{r.name}")
 def test_each_relied_on_name_is_still_there(reliance: adapter.Reliance) -> None:
     owner = _owner(reliance)
     where = f"{reliance.library} {adapter.installed_versions()[reliance.library]}: {reliance.owner}."
@@ -54,9 +56,13 @@ def test_each_relied_on_name_is_still_there(reliance: adapter.Reliance) -> None:
         assert assigned, f"{where} is gone"
         return
     assert hasattr(owner, reliance.name), f"{where} is gone"
+    member = getattr(owner, reliance.name)
     if reliance.kind == "coroutine":
-        member = getattr(owner, reliance.name)
         assert inspect.iscoroutinefunction(member), f"{where} is no longer a coroutine function"
+    if reliance.kind == "function":
+        assert callable(member), f"{where} is no longer callable"
+        assert not inspect.iscoroutinefunction(member), f"{where} is now a coroutine function"
+    if reliance.kind in ("coroutine", "function"):
         found = tuple(inspect.signature(member).parameters)[: len(reliance.parameters)]
         assert found == reliance.parameters, f"{where} now takes {found}, not {reliance.parameters}"
 
@@ -123,3 +129,92 @@ def test_the_served_view_uses_it_unless_switched_off(on: bool, tmp_path: Path) -
     assert isinstance(view, GraphQL)
     handler = view.graphql_transport_ws_handler_class
     assert handler.__name__.startswith("ReleasingInitTimer") is on
+
+
+_DOCUMENT = "query Q($id: ID!) { person(id: $id) { name ... on Person { id } } }"
+
+
+def test_strawberrys_parse_cache_is_still_an_lru_cache_around_graphqls_parse() -> None:
+    # The shape `parse_cache` relies on: one shared `lru_cache` of `graphql.parse` per maxsize.
+    from strawberry.extensions import parser_cache
+
+    cached = parser_cache._get_parse_cache(128)
+    assert cached is parser_cache._get_parse_cache(128), "no longer one cache per maxsize"
+    assert getattr(cached, "__wrapped__", None) is graphql.parse, "no longer wraps graphql.parse"
+    assert cached.cache_info().maxsize == 128, "no longer an lru_cache of maxsize"  # type: ignore[attr-defined]
+
+
+def test_the_parse_cache_is_strawberrys_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strawberry.extensions import parser_cache
+
+    monkeypatch.delenv("TURNWISE_WS_ADAPTER", raising=False)
+    on = adapter.parse_cache(128)
+    assert on is parser_cache._get_parse_cache(128)
+    monkeypatch.setenv("TURNWISE_WS_ADAPTER", "0")
+    off = adapter.parse_cache(128)
+    assert off is not on
+    assert off.__wrapped__ is graphql.parse  # type: ignore[attr-defined]
+    assert off is adapter.parse_cache(128)  # one per maxsize, like Strawberry's
+    # The same document, and each path caches: the second parse of a text is the first's document.
+    parsed_on, parsed_off = on(_DOCUMENT, max_tokens=5000), off(_DOCUMENT, max_tokens=5000)
+    assert parsed_on == parsed_off == graphql.parse(_DOCUMENT)
+    assert graphql.print_ast(parsed_on) == graphql.print_ast(parsed_off)
+    assert on(_DOCUMENT, max_tokens=5000) is parsed_on
+    assert off(_DOCUMENT, max_tokens=5000) is parsed_off
+
+
+def test_the_parse_cache_falls_back_where_strawberrys_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strawberry.extensions import parser_cache
+
+    monkeypatch.delenv("TURNWISE_WS_ADAPTER", raising=False)
+    monkeypatch.delattr(parser_cache, "_get_parse_cache")
+    assert adapter.parse_cache(128) is adapter._own_parse_cache(128)
+
+
+def test_the_api_parses_through_the_adapter() -> None:
+    from backend.api import policy
+
+    assert policy._parse is adapter.parse_cache(policy._CACHED)
+
+
+def test_the_api_validates_through_the_adapter_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strawberry.schema import schema as strawberry_schema
+
+    monkeypatch.delenv("TURNWISE_WS_ADAPTER", raising=False)
+    assert adapter.document_validator() is strawberry_schema.validate_document
+    monkeypatch.setenv("TURNWISE_WS_ADAPTER", "0")
+    assert adapter.document_validator() is None
+    monkeypatch.delenv("TURNWISE_WS_ADAPTER")
+    monkeypatch.delattr(strawberry_schema, "validate_document")
+    assert adapter.document_validator() is None
+
+
+# Each fails before execution: an unknown field, a missing variable, too deep (the depth rule), too
+# many tokens.
+_INVALID = (
+    "{ nope }",
+    "query Q($id: ID!) { taskSessions(taskId: $id) { id } }",
+    "{ tasks { sessions { activeClarification { questions { options { id } } } } } }",
+    "{ __typename " + "x: __typename " * 2000 + "}",
+)
+
+
+def test_left_to_strawberrys_own_validation_the_api_answers_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no validator (the adapter off, or the name gone), every document goes through Strawberry's
+    own validation step: the same errors, and a valid document still executes."""
+    from backend.api import policy
+    from backend.api.schema import build_schema
+
+    def errors() -> list[list[str]]:
+        schema = build_schema(max_depth=3)
+        found = []
+        for document in (*_INVALID, "{ __typename }"):
+            result = schema.execute_sync(document)
+            found.append(sorted(e.message for e in result.errors or ()))
+        return found
+
+    cached = errors()
+    assert all(cached[:-1]), cached
+    assert not cached[-1], cached
+    monkeypatch.setattr(policy, "_validate", None)
+    assert errors() == cached

@@ -4,7 +4,6 @@ kinds of pending action (a clarification, a permission request), and the `kind` 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import Answer, Bundle, Claim, WaitOutcome
 from backend.domain.permissions import ALLOW, DENY, Decision, Sent, request_of
 from backend.domain.states import PendingActionKind
+from backend.repository import message_fields
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
@@ -294,24 +294,18 @@ async def recording(services: Services) -> AsyncIterator[EventLog]:
 
 
 async def rows(db: Database, pending_id: str) -> list[dict[str, Any]]:
-    """Stored metadata of a bundle's rows, in question order."""
-    async with db.read() as conn:
-        result = await conn.execute(select(M.c.id, M.c.metadata).order_by(M.c.created_at, M.c.id))
-        out = []
-        for r in result:
-            md = r.metadata if isinstance(r.metadata, dict) else json.loads(r.metadata)
-            if md.get("pending_id") == pending_id:
-                out.append({"id": r.id, **md})
-    return out
+    """Stored metadata of a bundle's rows (its pending-action columns under their metadata names),
+    in question order."""
+    return [r for r in await all_metadata(db, order_by_creation=True) if r.get("pending_id") == pending_id]
 
 
-async def all_metadata(db: Database) -> list[dict[str, Any]]:
+async def all_metadata(db: Database, *, order_by_creation: bool = False) -> list[dict[str, Any]]:
+    """Every message row's stored metadata, with its pending-action columns under their metadata
+    names (`repository/message_fields.py`)."""
+    order = (M.c.created_at, M.c.id) if order_by_creation else (M.c.id,)
     async with db.read() as conn:
-        result = await conn.execute(select(M.c.id, M.c.metadata).order_by(M.c.id))
-        return [
-            {"id": r.id, **(r.metadata if isinstance(r.metadata, dict) else json.loads(r.metadata))}
-            for r in result
-        ]
+        result = await conn.execute(select(M.c.id, *message_fields.COLUMNS).order_by(*order))
+        return [{"id": r.id, **message_fields.metadata_of(r._mapping, where=r.id)} for r in result]
 
 
 @dataclass

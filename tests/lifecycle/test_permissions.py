@@ -3,13 +3,16 @@ resume, remembered rules, stale decisions; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput, NotFound
 from backend.domain.lifecycle import BundleState, ConflictReason
-from backend.domain.permissions import Decision, RuleRef
+from backend.domain.permissions import Decision, RuleRef, request_of, validate_permission
 from backend.domain.states import PendingActionKind
 from backend.services.bundles import trusted
 from backend.services.resume import ResumeOutcome
@@ -34,7 +37,13 @@ async def test_a_live_allow_reaches_the_waiting_agent_with_the_input_as_asked(db
         assert bundle.kind == PendingActionKind.PERMISSION
         assert bundle.state == BundleState.ACTIVE_LIVE
         (stored,) = await rows(db, agent.pending_id)
-        assert stored["permission"] == {"tool_name": "Bash", "input": BASH, "tool_use_id": "toolu_1"}
+        # The input is kept as its JSON text (read back exactly on both dialects).
+        assert stored["permission"] == {
+            "tool_name": "Bash",
+            "input_json": json.dumps(BASH, separators=(",", ":")),
+            "tool_use_id": "toolu_1",
+        }
+        assert request_of(stored) == {"tool_name": "Bash", "input": BASH, "tool_use_id": "toolu_1"}
         assert (await svc.reads.session(session_id)).state == "WAITING_FOR_INPUT"
         assert set(await svc.permissions.active([session_id])) == {session_id}
         assert await svc.clarifications.active_bundles([session_id]) == {}
@@ -193,3 +202,23 @@ async def test_each_kind_answers_only_through_its_own_respond(db: Database) -> N
             await decide(svc, question.pending_id)
         assert await svc.permissions.request(question.pending_id, authorize=trusted) is None
         await question.close()
+
+
+@pytest.mark.parametrize(
+    ("tool_input", "refused"),
+    [
+        ({"command": "printf 'a\\u0000b' | xxd"}, False),  # a backslash before "u0000": plain text
+        ({"pattern": "\\\\u0000"}, False),
+        ({"command": "a\x00b"}, True),
+        ({"a\x00": 1}, True),
+        ({"command": "\\\x00"}, True),  # a backslash, then a NUL
+        ({"deep": [[["\x00"]]]}, True),
+    ],
+)
+def test_a_tool_input_is_refused_for_a_nul_character_and_only_for_one(tool_input: Any, refused: bool) -> None:
+    # Checked below the API too: an agent's other ways in (MCP) reach this check directly.
+    if refused:
+        with pytest.raises(InvalidInput, match="NUL"):
+            validate_permission("Bash", tool_input, None, None)
+    else:
+        assert validate_permission("Bash", tool_input, None, None).input == tool_input

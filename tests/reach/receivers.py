@@ -4,11 +4,12 @@ the browser together, and an SMTP server (aiosmtpd) for `mailto://`."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -279,3 +280,11 @@ def smtp_server() -> Iterator[tuple[int, Received]]:
         yield port, received
     finally:
         controller.stop()
+
+
+async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
+    """Until `check()` holds (a worker records what a receiver already has a moment later)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        await asyncio.sleep(0.02)

@@ -29,7 +29,7 @@ from backend.services.container import Services
 from backend.services.context import Deps
 from backend.services.reach import WAKE, WAKE_CHANNEL
 from tests.lifecycle.support import FAST, Agent, ToolAgent, new_session, questions
-from tests.reach.receivers import PushService, push_service
+from tests.reach.receivers import PushService, eventually, push_service
 
 AFTER = 60.0  # the outbox rows' delay, unless a test needs them due sooner
 RETRY = 600.0
@@ -266,6 +266,9 @@ async def test_an_idle_worker_asks_nothing_of_the_database_and_still_sends_anoth
                 agent = await Agent.ask(b, session_id)
                 try:
                     (pushed,) = await asyncio.to_thread(phone.received.wait, 1)
+                    # The receiver has the push before A's worker records it as sent: wait for the
+                    # record while A still runs (stopping it mid-send leaves the row for a retry).
+                    await eventually(lambda: a.reach.sent == 1)
                 finally:
                     await agent.close()
         assert pushed["pendingId"] == agent.pending_id
@@ -273,7 +276,6 @@ async def test_an_idle_worker_asks_nothing_of_the_database_and_still_sends_anoth
         # Due `after` seconds after the ask; sent within a second of that (half a second more for a
         # loaded machine).
         assert after - 0.05 <= took <= after + 1.5, took
-        assert a.reach.sent == 1
     finally:
         await other_db.dispose()
 

@@ -26,10 +26,10 @@ from backend.db.tables import task_session_messages as M
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import INTENT_KEY
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION
-from backend.repository import access, messages, tasks, turns
+from backend.repository import access, message_fields, messages, tasks, turns
 from backend.repository import reach as repo
 from backend.services.reach import Reach
-from tests.reach.receivers import PushService, push_service, webhook
+from tests.reach.receivers import PushService, eventually, push_service, webhook
 from tests.services.support import services_for
 
 QUESTION = {
@@ -138,11 +138,14 @@ async def action(
 
 
 async def change(db: Database, found: Action, **metadata: Any) -> None:
-    """Rewrite the action's row as a service would: answered, claimed, restored."""
+    """Rewrite the action's row as a service would: answered, claimed, restored (`metadata` names
+    fields as the domain does; None removes one)."""
     async with db.write() as conn:
-        row = (await conn.execute(select(M.c.metadata).where(M.c.id == found.message_id))).one()
-        updated = {k: v for k, v in {**row.metadata, **metadata}.items() if v is not None}
-        await conn.execute(update(M).where(M.c.id == found.message_id).values(metadata=updated))
+        row = (await conn.execute(select(*message_fields.COLUMNS).where(M.c.id == found.message_id))).one()
+        current = message_fields.metadata_of(row._mapping, where=found.message_id)
+        updated = {k: v for k, v in {**current, **metadata}.items() if v is not None}
+        values = message_fields.values_of(updated)
+        await conn.execute(update(M).where(M.c.id == found.message_id).values(values))
 
 
 async def outbox(db: Database, pending_id: str | None = None) -> list[Any]:
@@ -166,13 +169,6 @@ async def recorded(db: Database, pending_id: str, *statuses: str, seconds: float
 
 def kinds(service: PushService) -> list[tuple[str, str]]:
     return [(p["type"], p["pendingId"]) for p in service.received.now()]
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        await asyncio.sleep(0.02)
 
 
 # --- retries ---------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 
 from backend.db.engine import Database, utcnow
 from backend.db.tables import task_session_messages, task_session_turns, task_sessions, tasks
+from backend.repository import message_fields
 
 
 def instant(text: str) -> dt.datetime:
@@ -50,7 +51,7 @@ async def seed_session(
                     type=m["type"],
                     author="agent",
                     content="",
-                    metadata=m.get("metadata", {}),
+                    **message_fields.values_of(m.get("metadata", {})),
                     created_at=now,
                     updated_at=now,
                 )

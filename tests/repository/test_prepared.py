@@ -23,7 +23,7 @@ from backend.db.tables import task_status_summaries as Summaries
 from backend.domain.errors import BrokenInvariant
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import validate_questions
-from backend.repository import clarifications, locks, pending, summaries, tasks, turns
+from backend.repository import clarifications, locks, message_fields, pending, summaries, tasks, turns
 from tests.conftest import wipe
 
 
@@ -102,7 +102,7 @@ async def test_reads_return_what_sqlalchemy_returns(either: Database) -> None:
     async with db.read() as conn:
         facts = await clarifications._BUNDLE_FACTS_ONE.rows(conn, {"b_pending_id": pending_id})
     assert isinstance(facts[0].metadata, dict)
-    assert facts[0].metadata["pending_id"] == pending_id
+    assert facts[0].pending_id == pending_id
 
 
 async def test_the_switch_changes_the_path_and_nothing_else(database_url: str) -> None:
@@ -574,10 +574,11 @@ async def test_ask_context_inserting_writes_the_common_case_and_leaves_every_oth
             assert new.turn_id is not None
             (row,) = new.inserted
             assert (row.session_id, row.turn_id) == (session_id, new.turn_id)
-            stored = await conn.execute(select(M.c.turn_id, M.c.metadata).where(M.c.id == row.id))
-            turn_id, metadata = stored.one()
-            assert turn_id == new.turn_id
-            assert metadata == row.metadata
+            stored = (
+                await conn.execute(select(M.c.turn_id, *message_fields.COLUMNS).where(M.c.id == row.id))
+            ).one()
+            assert stored.turn_id == new.turn_id
+            assert message_fields.metadata_of(stored._mapping, where="row") == row.metadata
             # A session that is not waiting is set waiting (and its sequence bumped) with the insert.
             await tasks.set_session_state(conn, session_id, "RUNNING")
             seq = (await conn.execute(select(S.c.pending_seq).where(S.c.id == session_id))).scalar_one()

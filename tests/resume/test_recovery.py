@@ -51,11 +51,7 @@ async def strand(
         await locks.lock_sessions(conn, [session_id])
         if terminal_sibling:
             # Answered by an earlier partial write: not part of this claim, never restored.
-            await conn.execute(
-                update(M)
-                .where(M.c.id == ids[0])
-                .values(metadata=json_update(M.c.metadata, {"status": "answered"}))
-            )
+            await conn.execute(update(M).where(M.c.id == ids[0]).values(status="answered"))
             ids = ids[1:]
         claimed = await claims.claim(
             conn,

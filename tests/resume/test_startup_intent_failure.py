@@ -15,9 +15,8 @@ from sqlalchemy import update
 
 from backend import faults
 from backend.db.engine import Database
-from backend.db.sqlfuncs import json_update
 from backend.db.tables import task_session_messages as M
-from backend.domain.lifecycle import INTENT_KEY, Answer
+from backend.domain.lifecycle import Answer
 from backend.repository import claims, locks
 from tests.api.client import Client
 from tests.lifecycle.support import all_metadata, new_session
@@ -63,11 +62,7 @@ async def stranded_and_corrupt(url: str) -> tuple[str, str, str]:
                 )
                 assert len(claimed) == 1
                 bad_row = bad.bundle.rows[0].id
-                await conn.execute(
-                    update(M)
-                    .where(M.c.id == bad_row)
-                    .values(metadata=json_update(M.c.metadata, {INTENT_KEY: True}))
-                )
+                await conn.execute(update(M).where(M.c.id == bad_row).values(delivery_pending=True))
             await good.close()
             await bad.close()
         return good.pending_id, bad.pending_id, bad_row
@@ -88,11 +83,7 @@ async def repair(url: str, row_id: str) -> None:
     db = Database(url)
     try:
         async with db.write() as conn:
-            await conn.execute(
-                update(M)
-                .where(M.c.id == row_id)
-                .values(metadata=json_update(M.c.metadata, remove=(INTENT_KEY,)))
-            )
+            await conn.execute(update(M).where(M.c.id == row_id).values(delivery_pending=False))
     finally:
         await db.dispose()
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from backend.bus import EventBus
 from backend.config import Settings
@@ -52,3 +52,19 @@ async def stored_summary(db: Database, task_id: str) -> dict[str, Any] | None:
             )
         ).first()
     return None if row is None else dict(row._mapping)
+
+
+@contextmanager
+def statements(db: Database) -> Iterator[list[str]]:
+    """The SQL statements `db` runs in the block (not SQLite's own BEGIN)."""
+    sql: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement not in ("BEGIN", "BEGIN IMMEDIATE"):
+            sql.append(statement)
+
+    event.listen(db.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sql
+    finally:
+        event.remove(db.engine.sync_engine, "before_cursor_execute", record)

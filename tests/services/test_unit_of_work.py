@@ -15,15 +15,19 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from backend.bus import TASK_CHANNEL
+from backend.bus import TASK_CHANNEL, EventBus
+from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_sessions
 from backend.domain.lifecycle import Answered
 from backend.repository import messages, summaries
 from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.context import Deps
 from backend.services.uow import uow
-from tests.lifecycle.support import Agent, new_session, running, yes
+from tests.conftest import redis_url
+from tests.lifecycle.support import FAST, Agent, ToolAgent, decide, new_session, running, yes
+from tests.services.support import statements
 
 SENTINEL = "test.sentinel"
 
@@ -239,6 +243,11 @@ async def test_only_events_that_can_end_a_hold_wake_its_waiter(db: Database) -> 
         _, session_id = await new_session(svc)
         waiter = svc.waiters.register(session_id)
         try:
+            # Still asking (no bundle yet): whatever the event, it is of a write the ask itself reads.
+            for kind in ("message.updated", "message.deleted", "turn.started", "turn.completed"):
+                await svc.waiters._on_session_event({"type": kind, "session_id": session_id})
+                assert not waiter.wake_queued, kind
+            waiter.pending_id = "a-bundle"
             for kind in ("message.added", "session.state"):
                 await svc.waiters._on_session_event({"type": kind, "session_id": session_id})
                 assert not waiter.wake_queued, kind
@@ -345,3 +354,50 @@ async def test_a_respond_to_a_bundle_this_process_asked_locks_its_session_withou
             event.remove(db.engine.sync_engine, "before_cursor_execute", record)
         await other.close()
         assert _finds_the_session(sql[0])
+
+
+@pytest.mark.parametrize("kind", ["clarification", "permission"])
+async def test_a_respond_in_another_process_locks_the_session_the_asking_process_announced(
+    db: Database, database_url: str, kind: str
+) -> None:
+    # Two processes on one database and one shared bus (Redis): A asks (its agent waits there), B
+    # answers. A's ask announced the bundle's session, so B's respond locks it at once, exactly as
+    # A's own would (on PostgreSQL in BEGIN's own message), and the answer reaches A's agent through
+    # the bus. Both kinds of pending action.
+    b_db = Database(database_url)  # B's own connections: its statements are counted apart
+    bus = EventBus(redis_url())
+    await bus.connect()
+    fast: dict[str, Any] = FAST
+    a = Services.build(Deps(db=db, bus=bus, settings=Settings(database_url=db.url, **fast)))
+    b = Services.build(Deps(db=b_db, bus=bus, settings=Settings(database_url=db.url, **fast)))
+    # B's hub only listens (it hears the bundle's session); its projector would read the summaries
+    # of A's ask at any moment, in among the respond's statements counted below.
+    b.live.projector = False
+    try:
+        for process in (a, b):
+            await process.waiters.start()
+        await b.live.start()
+        _, session_id = await new_session(a)
+        agent = await (Agent.ask(a, session_id) if kind == "clarification" else ToolAgent.ask(a, session_id))
+        agent.wait()
+        deadline = asyncio.get_running_loop().time() + 10
+        while agent.pending_id not in b.clarifications._session_of:
+            assert asyncio.get_running_loop().time() < deadline, "B never heard of the bundle"
+            await asyncio.sleep(0.01)
+        with statements(b_db) as sql:
+            if kind == "clarification":
+                await b.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+                assert isinstance(await agent.outcome(), Answered)
+            else:
+                await decide(b, agent.pending_id)
+                assert isinstance(await agent.outcome(), Answered)  # allowed
+        await agent.close()
+        assert not any(_finds_the_session(s) for s in sql)
+        if not b_db.is_sqlite and b_db.fast_path:
+            assert sql[0].startswith("BEGIN;")
+    finally:
+        await b.live.stop()
+        for process in (a, b):
+            await process.waiters.stop()
+        await bus.disconnect()
+        await b_db.dispose()
