@@ -16,7 +16,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
-from backend.db.health import is_outage
+from backend.db.health import DatabaseOutage, is_outage
 from backend.domain.errors import BrokenInvariant, NotFound, present
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import (
@@ -85,7 +85,9 @@ class Responding(PendingActionsBase):
         """The respond of every kind of pending action: `check` turns what the person sent into the
         bundle's responses keyed by row (or raises InvalidInput, writing nothing); `on_claimed` writes
         what else the response decides (a remembered rule) in the claim's own transaction."""
-        attempt: list[Claim] = []  # the claim this respond wrote, should its COMMIT's reply be lost
+        # The claim this respond wrote, should its COMMIT's reply be lost, and whether restoring it
+        # detaches its rows (a live claim's waiter never got the answer and still waits for it).
+        attempt: list[tuple[Claim, bool]] = []
         try:
             return await self._respond(
                 pending_id,
@@ -103,8 +105,8 @@ class Responding(PendingActionsBase):
                 "respond failed: database unavailable",
                 extra={"event": "clarification.respond_unavailable", "pending_id": pending_id},
             )
-            for claim in attempt:
-                self.restorer.later(claim)
+            for claim, detach_rows in attempt:
+                self.restorer.later(claim, detach_rows=detach_rows)
             return DeliveryFailed(pending_id, True, UNAVAILABLE_RETRY)
 
     async def _respond(
@@ -115,7 +117,7 @@ class Responding(PendingActionsBase):
         *,
         rejected: bool,
         authorize: Authorize,
-        attempt: list[Claim],
+        attempt: list[tuple[Claim, bool]],
         on_claimed: OnClaimed | None,
     ) -> RespondOutcome:
         known = self._session_of.get(pending_id)
@@ -147,15 +149,18 @@ class Responding(PendingActionsBase):
             claim_id = None if decision.action == RespondAction.PERSIST_REJECTION else new_id()
             if claim_id is not None and bundle.turn_id is not None:
                 attempt.append(
-                    Claim(
-                        claim_id=claim_id,
-                        pending_id=pending_id,
-                        session_id=session_id,
-                        task_id=bundle.task_id,
-                        turn_id=bundle.turn_id,
-                        message_ids=tuple(r.id for r in bundle.pending_rows),
-                        answers=(),
-                        rejected=rejected,
+                    (
+                        Claim(
+                            claim_id=claim_id,
+                            pending_id=pending_id,
+                            session_id=session_id,
+                            task_id=bundle.task_id,
+                            turn_id=bundle.turn_id,
+                            message_ids=tuple(r.id for r in bundle.pending_rows),
+                            answers=(),
+                            rejected=rejected,
+                        ),
+                        not live,
                     )
                 )
             claimed, bumped = await claims.claim_bumping(
@@ -181,6 +186,8 @@ class Responding(PendingActionsBase):
                 w.touched_and_bumped(session_id, task_id=bundle.task_id)
             else:
                 w.touch(session_id, task_id=bundle.task_id)
+        if faults.configured():
+            _commit_reply_lost()
         attempt.clear()  # committed: from here on, delivery restores the claim on failure
         after = _merge(bundle, claimed)
         # A live claim is followed by "clarification delivered" (or a warning and its restore): the
@@ -383,6 +390,15 @@ class Responding(PendingActionsBase):
             return DeliveryFailed(claim.pending_id, False, f"{why}; the question is no longer current")
         # Neither: the waiter's durable confirmation won the race.
         return Responded(_finalized(after, claim), resumed=False)
+
+
+def _commit_reply_lost() -> None:
+    """Fault point `respond.commit_reply_lost`: the claim's COMMIT took effect but its reply was
+    lost, as when the database goes away between the two; raised as the outage it would be."""
+    try:
+        faults.check("respond.commit_reply_lost")
+    except faults.InjectedFault as lost:
+        raise DatabaseOutage(None, None, lost, connection_invalidated=True) from lost
 
 
 def _merge(bundle: Bundle, changed: Sequence[BundleRow]) -> Bundle:

@@ -11,7 +11,10 @@ waiter already settled, or one never written, changes nothing (never twice). So 
 within about `PROBE_SECONDS` plus one unit of work of the database answering again.
 
 A waiter whose confirmation failed for the outage keeps waiting (`keep_attached`): its claim is
-restored still attached to it, so the person's retry hands the answer to the same agent.
+restored still attached to it, so the person's retry hands the answer to the same agent. So is a
+live claim whose COMMIT's reply was lost: its waiter never got a hand-off and still waits. (Rows
+restored attached to a waiter that has gone meanwhile read as detached: liveness is decided at
+each respond, not stored.)
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ from tests.lifecycle.support import (
 )
 from tests.resume.support import resuming
 
+COMMIT_REPLY_LOST = "respond.commit_reply_lost"
+
 
 async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db: Database) -> None:
     async with running(db) as svc:
@@ -100,6 +102,43 @@ async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
+        await agent.close()
+
+
+async def test_a_live_claim_whose_commit_reply_was_lost_is_restored_still_attached_to_its_waiter(
+    db: Database, kind: Kind
+) -> None:
+    """The claim's COMMIT took effect but its reply never came (the database went away in between):
+    the person is told to retry, the claim comes back once the database answers, and the agent, which
+    waited through it all, is still the one the retry hands the answer to. Restoring it detached
+    would end the waiting agent's ask (`Detached`) although nothing happened to it."""
+    async with running(db) as svc:
+        _, session_id = await new_session(svc)
+        agent = await kind.ask(svc, session_id)
+        agent.wait()
+        faults.configure([COMMIT_REPLY_LOST])
+        try:
+            lost = await kind.answer(svc, agent.pending_id)
+        finally:
+            faults.configure([])
+        assert isinstance(lost, lc.DeliveryFailed), lost
+        assert lost.retryable is True
+        for _ in range(300):  # the restorer's first probe comes after 0.1 s
+            if {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}:
+                break
+            await asyncio.sleep(0.02)
+        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        assert bundle is not None
+        assert bundle.state == BundleState.ACTIVE_LIVE, bundle.state
+        await asyncio.sleep(0.2)  # the restore's events reached the waiter: it still waits
+        assert agent.waiting is not None
+        assert not agent.waiting.done()
+        again = await kind.answer(svc, agent.pending_id)
+        assert isinstance(again, lc.Responded), again
+        assert again.resumed is False
+        outcome = await agent.outcome()
+        assert isinstance(outcome, lc.Answered), outcome  # an ALLOW reaches a waiting agent as its answer
+        assert {r["status"] for r in await rows(db, agent.pending_id)} != {"pending"}
         await agent.close()
 
 
