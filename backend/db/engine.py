@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable
@@ -18,6 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from backend import jsoncodec
 from backend.config import db_fast_path, db_pooler
+from backend.db import driver_adapter as adapter
 from backend.db import health, prepared
 from backend.db.health import Health
 from backend.faults import InjectedFault
@@ -25,6 +28,8 @@ from backend.faults import InjectedFault
 # How a failing database (or a fault point standing in for one) reaches the code above it: callers that
 # must fail closed catch exactly these, so a programming error is never mistaken for an outage.
 STORAGE_ERRORS = (SQLAlchemyError, OSError, InjectedFault)
+
+log = logging.getLogger("turnwise.db")
 
 
 def utcnow() -> dt.datetime:
@@ -161,6 +166,22 @@ class Database:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute("PRAGMA busy_timeout=30000")
             cursor.close()
+
+        @event.listens_for(sync_engine.pool, "invalidate")
+        def _release_writer_lock(dbapi_connection: Any, _record: Any, _exc: Any) -> None:
+            # An invalidated connection (a statement cancelled mid-unit, say) is closed next; but a
+            # `sqlite3` connection closed while a statement of it is unfinalized (the cancelled
+            # cursor's) lingers as a "zombie" that keeps its open transaction and so SQLite's
+            # writer lock, and every later writer waits out its busy timeout. A ROLLBACK first
+            # (queued on aiosqlite's thread after the statement it still runs) ends that
+            # transaction. Only inside one: a BEGIN still waiting there for the lock holds none,
+            # and a ROLLBACK queued behind it would hold the cancelled unit's unwinding until the
+            # lock's holder lets go. Outside a greenlet (the GC closing it) nothing can be awaited.
+            try:
+                if adapter.sqlite_connection(dbapi_connection.driver_connection).in_transaction:
+                    dbapi_connection.run_async(lambda driver: driver.rollback())
+            except (Exception, asyncio.CancelledError):  # best effort: the close follows
+                log.debug("rollback of an invalidated SQLite connection failed", exc_info=True)
 
         @event.listens_for(sync_engine, "begin")
         def _begin(conn: Any) -> None:
