@@ -196,7 +196,11 @@ def create_app(
     view = GraphQLView(
         services,
         authenticator,
-        schema=build_schema(max_depth=settings.max_query_depth, max_bytes=settings.max_query_bytes),
+        schema=build_schema(
+            max_depth=settings.max_query_depth,
+            max_bytes=settings.max_query_bytes,
+            adapter=settings.ws_adapter,
+        ),
         graphql_ide="graphiql",
         allowed_origins=settings.allowed_origins,
         max_subscriptions_per_connection=settings.subscriptions_per_connection,

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import Any
 
 import strawberry
 from graphql import GraphQLError
+from strawberry.extensions import SchemaExtension
+from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
+from backend.api import strawberry_adapter
 from backend.api.admin import AccessMutations, AccessQueries
 from backend.api.agents import AgentMutations, AgentSubscriptions
 from backend.api.clarifications import (
@@ -83,6 +87,21 @@ class TurnwiseSchema(strawberry.Schema):
     with its traceback and the id the client is told.
     """
 
+    def __init__(self, *args: Any, runner: type[Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The adapter's extensions runner (None: Strawberry's own) and the hook plans it keeps.
+        self._turnwise_runner = runner
+        self._hook_plans: dict[Any, Any] = {}
+
+    def create_extensions_runner(
+        self, execution_context: ExecutionContext, extensions: list[SchemaExtension]
+    ) -> SchemaExtensionsRunner:
+        if self._turnwise_runner is None:
+            return super().create_extensions_runner(execution_context, extensions)
+        made = self._turnwise_runner(execution_context, extensions, self._hook_plans)
+        runner: SchemaExtensionsRunner = made
+        return runner
+
     def process_errors(
         self, errors: list[GraphQLError], execution_context: ExecutionContext | None = None
     ) -> None:
@@ -115,9 +134,12 @@ class TurnwiseSchema(strawberry.Schema):
 
 
 def build_schema(
-    *, max_depth: int = 12, max_tokens: int = 5000, max_bytes: int = 64_000
+    *, max_depth: int = 12, max_tokens: int = 5000, max_bytes: int = 64_000, adapter: bool = True
 ) -> strawberry.Schema:
+    """`adapter`: whether the schema may enter extension hooks through the Strawberry adapter's runner
+    (`backend/api/strawberry_adapter.py`; also off with `TURNWISE_WS_ADAPTER=0`)."""
     return TurnwiseSchema(
+        runner=strawberry_adapter.extensions_runner() if adapter else None,
         query=Query,
         mutation=Mutation,
         subscription=Subscription,

@@ -10,6 +10,7 @@ import importlib
 import inspect
 import re
 import traceback
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route, WebSocketRoute
 from starlette.testclient import TestClient
 from strawberry.asgi import GraphQL
+from strawberry.extensions import MaskErrors, SchemaExtension
 
 from backend.api import strawberry_adapter as adapter
 from backend.api.app import create_app
@@ -129,6 +131,7 @@ def test_the_served_view_uses_it_unless_switched_off(on: bool, tmp_path: Path) -
     assert isinstance(view, GraphQL)
     handler = view.graphql_transport_ws_handler_class
     assert handler.__name__.startswith("ReleasingInitTimer") is on
+    assert (view.schema._turnwise_runner is not None) is on  # type: ignore[attr-defined]
 
 
 _DOCUMENT = "query Q($id: ID!) { person(id: $id) { name ... on Person { id } } }"
@@ -218,3 +221,169 @@ def test_left_to_strawberrys_own_validation_the_api_answers_the_same(monkeypatch
     assert not cached[-1], cached
     monkeypatch.setattr(policy, "_validate", None)
     assert errors() == cached
+
+
+# --- extension hooks entered through the adapter's runner ------------------------------------------
+
+_SEEN: list[str] = []
+
+
+class _Recorder(SchemaExtension):
+    """A hook of every shape for every stage: generator, async generator and plain function."""
+
+    def on_operation(self) -> Iterator[None]:
+        _SEEN.append("operation>")
+        try:
+            yield
+        except BaseException as exc:
+            _SEEN.append(f"operation!{type(exc).__name__}")
+            raise
+        _SEEN.append("operation<")
+
+    def on_parse(self) -> Iterator[None]:
+        _SEEN.append("parse>")
+        yield
+        _SEEN.append("parse<")
+
+    async def on_validate(self) -> AsyncIterator[None]:
+        _SEEN.append("validate>")
+        yield
+        _SEEN.append("validate<")
+
+    def on_execute(self) -> None:  # type: ignore[override]
+        _SEEN.append("execute")
+
+    def on_stream_result(self, result: Any) -> Iterator[None]:
+        _SEEN.append(f"stream>{result.data}")
+        try:
+            yield
+        except BaseException as exc:
+            _SEEN.append(f"stream!{type(exc).__name__}")
+            raise
+        _SEEN.append("stream<")
+
+    def get_results(self) -> dict[str, Any]:
+        return {"seen": len(_SEEN)}
+
+
+class _SyncRecorder(_Recorder):
+    def on_validate(self) -> Iterator[None]:  # type: ignore[override]
+        _SEEN.append("validate-sync")
+        yield
+
+
+class _Quiet(SchemaExtension):
+    """No hooks and no results of its own."""
+
+
+@strawberry.type
+class _HookQuery:
+    @strawberry.field
+    def ok(self) -> bool:
+        return True
+
+    @strawberry.field
+    def boom(self) -> bool:
+        raise ValueError("a secret")
+
+
+@strawberry.type
+class _HookSubscription:
+    @strawberry.subscription
+    async def count(self, fail: bool = False) -> AsyncGenerator[int, None]:
+        yield 1
+        yield 2
+        if fail:
+            raise ValueError("a secret")
+
+
+def _hook_schema(lean: bool, *extensions: type[SchemaExtension]) -> strawberry.Schema:
+    from backend.api.schema import TurnwiseSchema
+
+    return TurnwiseSchema(
+        query=_HookQuery,
+        subscription=_HookSubscription,
+        extensions=[*extensions, MaskErrors],
+        runner=adapter.extensions_runner() if lean else None,
+    )
+
+
+async def _hook_run(schema: strawberry.Schema) -> list[Any]:
+    """What each kind of operation returns, and the hooks it entered, in order."""
+    seen: list[Any] = []
+    for document in ("{ ok }", "{ boom }", "{ nope }", "{ ok"):
+        _SEEN.clear()
+        result = await schema.execute(document)
+        seen.append((document, result.data, [e.message for e in result.errors or ()], result.extensions))
+        seen.append(list(_SEEN))
+    for document, close_early in (
+        ("subscription { count }", False),
+        ("subscription { count(fail: true) }", False),
+        ("subscription { count }", True),
+    ):
+        _SEEN.clear()
+        stream = await schema.subscribe(document)
+        got = []
+        async for result in stream:
+            got.append((result.data, [e.message for e in result.errors or ()], result.extensions))
+            if close_early:
+                break
+        await stream.aclose()
+        seen.append((document, close_early, got, list(_SEEN)))
+    return seen
+
+
+async def test_the_lean_runner_enters_the_same_hooks_in_the_same_order_as_strawberrys() -> None:
+    plain, lean = _hook_schema(False, _Recorder, _Quiet), _hook_schema(True, _Recorder, _Quiet)
+    assert adapter.extensions_runner() is not None
+    assert type(plain.create_extensions_runner(None, [])).__name__ == "SchemaExtensionsRunner"  # type: ignore[arg-type]
+    assert type(lean.create_extensions_runner(None, [])).__name__ == "LeanExtensionsRunner"  # type: ignore[arg-type]
+    expected = await _hook_run(plain)
+    assert await _hook_run(lean) == expected
+    # What is compared: every stage's hooks, the results sent (errors masked by MaskErrors), and an
+    # early close reaching the stream hook as GeneratorExit.
+    flat = repr(expected)
+    markers = ("validate<", "execute", "stream>{'count': 1}", "stream!GeneratorExit", "Unexpected error.")
+    for marker in markers:
+        assert marker in flat, marker
+    assert "a secret" not in flat
+    # Again with the plans made (the second run of a schema uses them), and with no hooks at all.
+    assert await _hook_run(lean) == expected
+    assert await _hook_run(_hook_schema(True, _Quiet)) == await _hook_run(_hook_schema(False, _Quiet))
+
+
+def test_the_lean_runner_enters_sync_stages_as_strawberrys_does() -> None:
+    def run(schema: strawberry.Schema) -> list[Any]:
+        seen: list[Any] = []
+        for document in ("{ ok }", "{ boom }", "{ nope }"):
+            _SEEN.clear()
+            result = schema.execute_sync(document)
+            errors = [e.message for e in result.errors or ()]
+            seen.append((result.data, errors, result.extensions, list(_SEEN)))
+        return seen
+
+    expected = run(_hook_schema(False, _SyncRecorder))
+    assert "validate-sync" in repr(expected)
+    assert run(_hook_schema(True, _SyncRecorder)) == expected
+    # An async hook cannot be entered synchronously: the same outcome with either runner.
+    outcomes: list[Any] = []
+    for lean in (False, True):
+        _SEEN.clear()
+        try:
+            result = _hook_schema(lean, _Recorder).execute_sync("{ ok }")
+            errors = [re.sub(" at 0x[0-9a-f]+", "", e.message) for e in result.errors or ()]
+            outcomes.append((result.data, errors, list(_SEEN)))
+        except RuntimeError as exc:
+            outcomes.append((type(exc).__name__, re.sub(" at 0x[0-9a-f]+", "", str(exc)), list(_SEEN)))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_lean_runner_is_the_schemas_unless_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from backend.api.schema import build_schema
+
+    monkeypatch.delenv("TURNWISE_WS_ADAPTER", raising=False)
+    assert build_schema()._turnwise_runner is not None  # type: ignore[attr-defined]
+    assert build_schema(adapter=False)._turnwise_runner is None  # type: ignore[attr-defined]
+    monkeypatch.setenv("TURNWISE_WS_ADAPTER", "0")
+    assert adapter.extensions_runner() is None
+    assert build_schema()._turnwise_runner is None  # type: ignore[attr-defined]
