@@ -8,6 +8,7 @@ reports the sum over all workers (gauges of live workers only).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import weakref
@@ -136,10 +137,46 @@ def _report_statements(db: Database) -> None:
         db.statements_reported = counted
 
 
+LIVE_DIRECT_SENDS = Counter(
+    "turnwise_live_direct_sends",
+    "Subscription results sent straight to an idle subscription's connection (a change fanned out), "
+    "without waking the subscription.",
+)
+
+
+class Tally:
+    """A count kept as a plain integer where it grows (one change can add ten thousand at once) and
+    added to its counter once that burst is over (the event loop's next turn), and before a scrape."""
+
+    __slots__ = ("count", "counter", "reported", "scheduled")
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self.count = 0
+        self.reported = 0
+        self.scheduled = False
+
+    def add(self) -> None:
+        self.count += 1
+        if not self.scheduled:
+            self.scheduled = True
+            asyncio.get_running_loop().call_soon(self.report)
+
+    def report(self) -> None:
+        self.scheduled = False
+        if self.count > self.reported:
+            self.counter.inc(self.count - self.reported)
+            self.reported = self.count
+
+
+DIRECT_SENDS = Tally(LIVE_DIRECT_SENDS)
+
+
 def exposition() -> tuple[bytes, str]:
     """The text format of every metric: this process's, or all workers' in multiprocess mode."""
     for db in list(_instrumented):
         _report_statements(db)
+    DIRECT_SENDS.report()
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

@@ -43,6 +43,7 @@ from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.base import StrawberryObjectDefinition
 from strawberry.types.field import StrawberryField
 
+from backend.api import strawberry_adapter
 from backend.api.fanout import SHARED
 
 Completion = Callable[[Any], Any]
@@ -197,6 +198,10 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
         self._shared_key_value: tuple[int, str] | None = None
 
     def build_per_event_executor(self, payload: Any) -> Executor[Any]:
+        running = strawberry_adapter.RUNNING.get()
+        if running is not None and running.executor is None:
+            # The subscription's executor, for results sent directly (`backend/api/fanout.py`).
+            running.executor = self
         results = SHARED.results_of(payload) if self._plain else None
         key = None
         if results is not None and (key := self._shared_key()) is not None:

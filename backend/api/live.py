@@ -172,6 +172,8 @@ class LiveSubscriptions:
             # Registered before the snapshot is read, so no change between the two is lost; the
             # mailbox drops whichever of snapshot and change carries the older revision.
             await _offer_snapshot(services, task_ids, scope, mailbox)
+            # Changes that find this subscription idle are sent without waking it (`fanout.py`).
+            mailbox.direct = fanout.direct_sender(shared_projection)
             async for projection in mailbox:
                 shared = shared_projection(projection)
                 del projection  # its own record (a snapshot's) is not held while the subscription waits

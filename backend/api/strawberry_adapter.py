@@ -54,6 +54,24 @@ The names, and why there is no public way:
   operation (`operation()`, `parsing()`, `validation()`, `executing()`, `on_stream_result(result)`,
   `get_extensions_results(ctx)`). Extension hooks themselves are public; how they are entered is not.
 
+- `BaseGraphQLTransportWSHandler.run_operation(self, operation)` (undocumented, not underscored): the
+  coroutine each graphql-transport-ws operation's own task runs; extended (it records the operation
+  in a context variable for that task), never replaced. `handler.operations` (instance attribute:
+  the connection's operations by id), and of Strawberry's `Operation`: `id`, `handler`, `completed`
+  (instance attributes) and `send_operation_message(self, message)` (coroutine), through which
+  Strawberry's own `Operation.send_next` sends every `next` message. There is no public way to send
+  an operation's result other than yielding it from the subscription, which is what costs a third of
+  a fan-out's CPU (`backend/api/fanout.py`, `direct_sender`).
+
+And the direct sends (`running_operation`, `send_next_data`): a change reaching an idle
+`pendingActionChanged` subscription is sent without waking it (`backend/api/fanout.py`). The sender
+needs the operation the subscription's task runs, which the handler records when it runs it, and
+sends the `next` message `Operation.send_next` sends for a result without errors or extensions,
+through the same `send_operation_message` (which keeps the operation's `completed` check). Only for
+a schema whose extensions need not see each result (`results_sendable_directly`: none has results of
+its own or a hook for each streamed result other than `MaskErrors`', which only masks errors, and
+only results without errors are sent this way).
+
 And the hooks (`LeanExtensionsRunner`): Strawberry enters every stage of every operation, and every
 result a subscription sends, through a context manager that looks each extension's hook up again,
 and wraps a generator hook in a new `contextlib.contextmanager` of a new bound method each time
@@ -75,6 +93,7 @@ import functools
 import importlib
 import inspect
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -102,6 +121,7 @@ class Reliance:
 
 
 _RUNNER = "strawberry.extensions.runner:SchemaExtensionsRunner"
+_OPERATION = "strawberry.subscriptions.protocols.graphql_transport_ws.handlers:Operation"
 _HANDLERS = "strawberry.subscriptions.protocols.graphql_transport_ws.handlers:BaseGraphQLTransportWSHandler"
 _PARSER_CACHE = "strawberry.extensions.parser_cache"
 _SCHEMA = "strawberry.schema.schema"
@@ -138,6 +158,12 @@ RELIED_ON: tuple[Reliance, ...] = (
     Reliance("strawberry-graphql", _RUNNER, "on_stream_result", "function", ("self", "result")),
     Reliance("strawberry-graphql", _RUNNER, "get_extensions_results", "coroutine", ("self", "ctx")),
     Reliance("strawberry-graphql", _RUNNER, "extensions", "instance attribute"),
+    Reliance("strawberry-graphql", _HANDLERS, "run_operation", "coroutine", ("self", "operation")),
+    Reliance("strawberry-graphql", _HANDLERS, "operations", "instance attribute"),
+    Reliance("strawberry-graphql", _OPERATION, "send_operation_message", "coroutine", ("self", "message")),
+    Reliance("strawberry-graphql", _OPERATION, "id", "instance attribute"),
+    Reliance("strawberry-graphql", _OPERATION, "handler", "instance attribute"),
+    Reliance("strawberry-graphql", _OPERATION, "completed", "instance attribute"),
 )
 
 
@@ -153,9 +179,42 @@ def _drop_cancellation(task: asyncio.Task[Any]) -> None:
             task.result()
 
 
-def transport_ws_handler(base: type[Any]) -> type[Any]:
+class RunningOperation:
+    """The graphql-transport-ws operation the current task runs (its `Operation`), and the executor of
+    its subscription's events once one was built (`backend/api/execution.py` records it there)."""
+
+    __slots__ = ("executor", "operation")
+
+    def __init__(self, operation: Any) -> None:
+        self.operation = operation
+        self.executor: Any = None
+
+
+# Set by the handler below for each operation it runs (the operation's own task and context).
+RUNNING: ContextVar[RunningOperation | None] = ContextVar("turnwise_running_operation", default=None)
+
+
+def running_operation() -> RunningOperation | None:
+    """The operation the current task runs, where its results may be sent directly (`send_next_data`):
+    over the adapter's handler, with no extension that must see each result (see `use_in`)."""
+    return RUNNING.get()
+
+
+async def send_next_data(running: RunningOperation, data: Any) -> bool:
+    """Send `data` as the operation's next result, the message Strawberry's `Operation.send_next` sends
+    for a result without errors or extensions (through the same `send_operation_message`); False,
+    having sent nothing, once the operation is no longer the connection's."""
+    operation = running.operation
+    if operation.completed or operation.handler.operations.get(operation.id) is not operation:
+        return False
+    await operation.send_operation_message({"id": operation.id, "type": "next", "payload": {"data": data}})
+    return True
+
+
+def transport_ws_handler(base: type[Any], *, direct: bool = False) -> type[Any]:
     """`base` (a view's graphql-transport-ws handler class), whose connections do not keep their
-    cancelled `connection_init` timer for as long as they last."""
+    cancelled `connection_init` timer for as long as they last; with `direct`, each operation's task
+    knows its operation (`running_operation`)."""
 
     class ReleasingInitTimer(base):  # type: ignore[misc]
         async def handle_connection_init(self, message: Any) -> None:
@@ -164,13 +223,40 @@ def transport_ws_handler(base: type[Any]) -> type[Any]:
             if isinstance(timer, asyncio.Task):
                 timer.add_done_callback(_drop_cancellation)
 
+        if direct:
+
+            async def run_operation(self, operation: Any) -> None:
+                # The operation's task runs this (and only this) coroutine: the value is its own.
+                token = RUNNING.set(RunningOperation(operation))
+                try:
+                    await super().run_operation(operation)
+                finally:
+                    RUNNING.reset(token)
+
     ReleasingInitTimer.__name__ = ReleasingInitTimer.__qualname__ = f"ReleasingInitTimer{base.__name__}"
     return ReleasingInitTimer
 
 
+def results_sendable_directly(schema: Any) -> bool:
+    """Whether a result without errors may skip the schema's extensions: none of them has results of
+    its own, or a hook for each streamed result other than `MaskErrors`' (which only masks errors)."""
+    from strawberry.extensions import MaskErrors, SchemaExtension
+
+    for extension in schema.extensions:
+        cls: Any = extension if isinstance(extension, type) else type(extension)
+        if cls.on_stream_result not in (SchemaExtension.on_stream_result, MaskErrors.on_stream_result):
+            return False
+        if cls.get_results is not SchemaExtension.get_results:
+            return False
+    return True
+
+
 def use_in(view: Any) -> None:
-    """Make `view` (a Strawberry view) run its graphql-transport-ws connections with the handler above."""
-    view.graphql_transport_ws_handler_class = transport_ws_handler(view.graphql_transport_ws_handler_class)
+    """Make `view` (a Strawberry view) run its graphql-transport-ws connections with the handler above
+    (results sent directly where the view's schema allows it: `results_sendable_directly`)."""
+    view.graphql_transport_ws_handler_class = transport_ws_handler(
+        view.graphql_transport_ws_handler_class, direct=results_sendable_directly(view.schema)
+    )
 
 
 # `graphql.parse` behind a cache: the same arguments, the same document for the same text.

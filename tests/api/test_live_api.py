@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 import websockets
 
+from backend import jsoncodec
 from backend.client.transport import Connection, GraphQLRequestError
 from frontend_py.kit import revision
 from tests.api.client import Client, GraphQLError, Subscription
@@ -356,3 +359,74 @@ async def test_a_connection_holds_at_most_the_configured_number_of_subscriptions
             await subs[2].next(timeout=10)
     finally:
         await connection.close()
+
+
+async def _direct_sends(srv: Server) -> float:
+    async with httpx.AsyncClient(base_url=srv.base_url) as http:
+        text = (await http.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith("turnwise_live_direct_sends_total "):
+            return float(line.split()[1])
+    raise AssertionError("no turnwise_live_direct_sends_total in /metrics")
+
+
+async def _raw_subscription(srv: Server, variables: dict[str, Any]) -> Any:
+    url = srv.base_url.replace("http", "ws", 1) + "/graphql"
+    ws = await websockets.connect(url, subprotocols=[websockets.Subprotocol("graphql-transport-ws")])
+    init = {"type": "connection_init", "payload": {"authorization": f"Bearer {ADMIN_TOKEN}"}}
+    await ws.send(json.dumps(init))
+    assert json.loads(await ws.recv())["type"] == "connection_ack"
+    payload = {"query": PROJECTIONS, "variables": variables}
+    await ws.send(json.dumps({"id": "op-1", "type": "subscribe", "payload": payload}))
+    return ws
+
+
+@pytest.fixture(scope="module")
+def unadapted_server() -> Iterator[Server]:
+    with served("sqlite", env={"TURNWISE_WS_ADAPTER": "0"}) as srv:
+        yield srv
+
+
+async def test_changes_reach_idle_subscriptions_directly_as_the_very_messages_strawberry_sends(
+    server: Server, admin: Client
+) -> None:
+    """Every subscription of a task gets every change, in revision order, each as the `next` message
+    Strawberry sends for it (the exact text of encoding that message), sent without waking the
+    subscription once it is idle (the process counts those sends)."""
+    assert await _changes_reach_every_subscription(server, admin) == 9
+
+
+async def test_with_the_adapter_off_every_change_goes_through_the_subscription_itself(
+    unadapted_server: Server,
+) -> None:
+    async with contextlib.aclosing(Client(unadapted_server.base_url, ADMIN_TOKEN)) as admin:
+        assert await _changes_reach_every_subscription(unadapted_server, admin) == 0
+
+
+async def _changes_reach_every_subscription(server: Server, admin: Client) -> float:
+    """Three subscriptions of a task, three changes: what each receives, checked; the direct sends."""
+    task_id, session_id = await running_session(admin)
+    sockets = [await _raw_subscription(server, {"t": task_id}) for _ in range(3)]
+    try:
+        snapshots = [json.loads(await ws.recv()) for ws in sockets]  # through the subscription itself
+        assert {s["payload"]["data"]["pendingActionChanged"]["sessionId"] for s in snapshots} == {session_id}
+        before = await _direct_sends(server)
+        for kind in ("permission_request", "message", "permission_request"):
+            await admin.execute(POST, {"s": session_id, "c": kind, "k": kind})
+        texts = [[await asyncio.wait_for(ws.recv(), 10) for _ in range(3)] for ws in sockets]
+        assert texts[0] == texts[1] == texts[2]
+        sequences = []
+        for text in texts[0]:
+            message = json.loads(text)
+            assert text == jsoncodec.dumps(message)  # framed exactly as encoding the whole message
+            assert list(message) == ["id", "type", "payload"]
+            assert (message["id"], message["type"], list(message["payload"])) == ("op-1", "next", ["data"])
+            change = message["payload"]["data"]["pendingActionChanged"]
+            assert list(change) == ["sessionId", "pendingAction", "revision"]
+            sequences.append(int(change["revision"]["sequence"]))
+        assert sequences == sorted(sequences)
+        assert len(set(sequences)) == 3
+        return await _direct_sends(server) - before
+    finally:
+        for ws in sockets:
+            await ws.close()

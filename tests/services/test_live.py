@@ -119,3 +119,180 @@ async def test_a_closed_mailbox_wakes_its_reader_and_ends_once_drained() -> None
         pass
     else:
         raise AssertionError("a closed, drained mailbox ends")
+
+
+# --- direct sends (`Mailbox.direct`) --------------------------------------------------------------
+
+
+class Sender:
+    """A direct sender that records what it sent; `gate` set: each send waits for it (a socket that
+    does not take the message at once); `declines`: values it hands back to the reader."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.gate: asyncio.Event | None = None
+        self.declines: set[int] = set()
+        self.fails: set[int] = set()
+
+    def __call__(self, value: SessionPending) -> Any:
+        seq = value.revision.sequence
+        if seq in self.declines:
+            return None
+        return self._send(seq)
+
+    async def _send(self, seq: int) -> bool:
+        if self.gate is not None:
+            await self.gate.wait()
+        if seq in self.fails:
+            raise ConnectionError("gone")
+        self.sent.append(seq)
+        return True
+
+
+async def idle_reader(box: Mailbox[SessionPending], got: list[int]) -> asyncio.Task[None]:
+    async def read() -> None:
+        async for value in box:
+            got.append(value.revision.sequence)
+
+    task = asyncio.ensure_future(read())
+    await asyncio.sleep(0)  # now waiting
+    return task
+
+
+async def test_a_value_offered_to_an_idle_reader_is_sent_directly_at_once_without_waking_it() -> None:
+    box: Mailbox[SessionPending] = Mailbox(projection_order)
+    box.direct = sender = Sender()
+    got: list[int] = []
+    reader = await idle_reader(box, got)
+    box.offer("s1", projection("s1", 1))
+    assert sender.sent == [1]  # within the offer itself: no task made, nothing scheduled
+    box.offer("s1", projection("s1", 1))  # the same state again is dropped, as for the reader
+    box.offer("s1", projection("s1", 0))
+    box.offer("s2", projection("s2", 1))
+    await asyncio.sleep(0.01)
+    assert (sender.sent, got) == ([1, 1], [])
+    assert len(box) == 0
+    reader.cancel()
+
+
+async def test_values_offered_while_a_direct_send_waits_follow_it_in_order_and_stale_ones_drop() -> None:
+    box: Mailbox[SessionPending] = Mailbox(projection_order)
+    box.direct = sender = Sender()
+    sender.gate = asyncio.Event()
+    got: list[int] = []
+    reader = await idle_reader(box, got)
+    box.offer("s1", projection("s1", 5))  # waits in the socket
+    box.offer("s1", projection("s1", 4))  # older than the one being sent: dropped once it is sent
+    box.offer("s2", projection("s2", 9))  # the reader gets it, after the send
+    await asyncio.sleep(0.01)
+    assert (sender.sent, got) == ([], [])
+    sender.gate.set()
+    await asyncio.sleep(0.01)
+    assert sender.sent == [5]
+    assert got == [9]
+    # A newer value for the key offered during a send is delivered after it.
+    sender.gate = asyncio.Event()
+    box.offer("s1", projection("s1", 6))
+    box.offer("s1", projection("s1", 7))
+    sender.gate.set()
+    await asyncio.sleep(0.01)
+    assert (sender.sent, got) == ([5, 6], [9, 7])
+    reader.cancel()
+
+
+async def test_a_value_declined_or_not_sent_goes_to_the_reader() -> None:
+    box: Mailbox[SessionPending] = Mailbox(projection_order)
+    box.direct = sender = Sender()
+    sender.declines, sender.fails = {1}, {2}
+    got: list[int] = []
+    reader = await idle_reader(box, got)
+    box.offer("s1", projection("s1", 1))
+    await asyncio.sleep(0.01)
+    box.offer("s1", projection("s1", 2))  # fails at once
+    await asyncio.sleep(0.01)
+    sender.gate = asyncio.Event()
+    sender.fails = {3}
+    box.offer("s1", projection("s1", 3))  # fails after waiting
+    sender.gate.set()
+    await asyncio.sleep(0.01)
+    assert (sender.sent, got) == ([], [1, 2, 3])
+    # Not sent, but a newer value came meanwhile: only the newer one reaches the reader.
+    sender.gate, sender.fails = asyncio.Event(), {4}
+    box.offer("s1", projection("s1", 4))
+    box.offer("s1", projection("s1", 5))
+    sender.gate.set()
+    await asyncio.sleep(0.01)
+    assert got == [1, 2, 3, 5]
+    reader.cancel()
+
+
+async def test_a_reader_that_holds_values_or_is_busy_gets_them_itself() -> None:
+    box: Mailbox[SessionPending] = Mailbox(projection_order)
+    box.direct = sender = Sender()
+    box.offer("s1", projection("s1", 1))  # nobody waiting: held for the reader
+    assert sender.sent == []
+    assert (await box.get()).revision.sequence == 1
+    # The reader is busy with that value (not waiting): the next one waits for it, in order.
+    box.offer("s1", projection("s1", 2))
+    assert sender.sent == []
+    assert (await box.get()).revision.sequence == 2
+
+
+async def test_a_send_still_waiting_when_the_mailbox_closes_ends_the_reader_once_it_is_done() -> None:
+    box: Mailbox[SessionPending] = Mailbox(projection_order)
+    box.direct = sender = Sender()
+    sender.gate = asyncio.Event()
+    got: list[int] = []
+    reader = await idle_reader(box, got)
+    box.offer("s1", projection("s1", 1))
+    box.close()
+    sender.gate.set()
+    await asyncio.wait_for(reader, 5)
+    assert (sender.sent, got) == ([1], [])
+
+
+async def test_eagerly_runs_to_the_first_wait_and_a_task_goes_on_from_there() -> None:
+    from backend.services.live import eagerly
+
+    steps: list[str] = []
+    gate = asyncio.Event()
+
+    async def work() -> int:
+        steps.append("start")
+        await asyncio.sleep(0)
+        steps.append("after a yield")
+        await gate.wait()
+        steps.append("after the gate")
+        return 7
+
+    async def quick() -> int:
+        return 5
+
+    async def fails() -> int:
+        raise ValueError("no")
+
+    assert eagerly(quick()).result() == 5
+    assert isinstance(eagerly(fails()).exception(), ValueError)
+    running = eagerly(work())
+    assert steps == ["start"]
+    assert not running.done()
+    await asyncio.sleep(0.01)
+    assert steps == ["start", "after a yield"]
+    gate.set()
+    assert await running == 7
+    # A cancellation reaches the coroutine where it waits.
+    gate.clear()
+    cancelled: list[bool] = []
+
+    async def waits() -> None:
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    running = eagerly(waits())
+    running.cancel()
+    await asyncio.sleep(0.01)
+    assert running.cancelled()
+    assert cancelled == [True]
