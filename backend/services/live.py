@@ -164,7 +164,12 @@ class Mailbox(Generic[T]):
         if self._sending is None:
             direct, waiter = self.direct, self._waiter
             if direct is not None and waiter is not None and not waiter.done() and not self._items:
-                started = direct(value)
+                try:
+                    started = direct(value)
+                except Exception:
+                    # A defect of the sender: this value goes the usual way, and so does every later one.
+                    log.exception("direct send failed to start", extra={"event": "live.direct_failed"})
+                    self.direct = started = None
                 if started is not None:
                     sending = eagerly(started)
                     self._sending = (key, value, rank, sending)

@@ -296,3 +296,21 @@ async def test_eagerly_runs_to_the_first_wait_and_a_task_goes_on_from_there() ->
     await asyncio.sleep(0.01)
     assert running.cancelled()
     assert cancelled == [True]
+
+
+async def test_a_sender_that_raises_leaves_the_value_and_every_later_one_to_the_reader() -> None:
+    box: Mailbox[SessionPending] = Mailbox(projection_order)
+
+    def broken(_value: SessionPending) -> Any:
+        raise RuntimeError("a defect")
+
+    box.direct = broken
+    got: list[int] = []
+    reader = await idle_reader(box, got)
+    box.offer("s1", projection("s1", 1))
+    await asyncio.sleep(0.01)
+    box.offer("s1", projection("s1", 2))
+    await asyncio.sleep(0.01)
+    assert got == [1, 2]
+    assert box.direct is None
+    reader.cancel()
