@@ -64,6 +64,8 @@ class Settings:
     port: int = 8000
     database_url: str = field(default_factory=default_database_url)
     broadcast_url: str = "memory://"
+    # Prefix of every channel at the broker, so deployments sharing one Redis or PostgreSQL stay apart.
+    bus_namespace: str = ""
     bootstrap_token: str | None = None
     allowed_origins: tuple[str, ...] = ()
     # Host names (optionally host:port) that browser requests to /mcp may address, besides the loopback
@@ -152,6 +154,7 @@ class Settings:
             port=_int("TURNWISE_PORT", base.port),
             database_url=os.environ.get("TURNWISE_DATABASE_URL") or base.database_url,
             broadcast_url=os.environ.get("TURNWISE_BROADCAST_URL") or base.broadcast_url,
+            bus_namespace=os.environ.get("TURNWISE_BUS_NAMESPACE", base.bus_namespace),
             bootstrap_token=os.environ.get("TURNWISE_BOOTSTRAP_TOKEN") or None,
             allowed_origins=_list("TURNWISE_ALLOWED_ORIGINS", base.allowed_origins),
             allowed_hosts=_list("TURNWISE_ALLOWED_HOSTS", base.allowed_hosts),

@@ -116,6 +116,7 @@ def create_app(
         ping_seconds=settings.bus_ping_seconds,
         silence_seconds=settings.bus_silence_seconds,
         publish_seconds=settings.bus_publish_seconds,
+        namespace=settings.bus_namespace,
     )
     services = Services.build(Deps(db=db, bus=bus, settings=settings))
     runtime = Runtime(settings=settings, services=services)

@@ -15,6 +15,10 @@ process back from a gap announces it on `GAP_CHANNEL`, and every other process d
 markers: what the returning process could not publish never reached them either.
 While the bus is not connected a publish fails at once with `BusUnavailable` (nothing was sent);
 an attempted publish that fails or outlasts `publish_seconds` raises (it may have reached the broker).
+
+A `namespace` (`TURNWISE_BUS_NAMESPACE`) prefixes every channel at the broker (`<namespace>.<channel>`,
+heartbeats and gap markers included), so deployments or test runs sharing one Redis or PostgreSQL
+never hear each other; callers name channels as always.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import collections
 import contextlib
 import datetime as dt
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -133,6 +138,8 @@ class _Outgoing:
     what: str
 
 
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{0,40}")
+
 # At most this many messages per batch the sender publishes (one pipelined round trip on Redis).
 SEND_BATCH = 500
 
@@ -155,9 +162,18 @@ class EventBus:
         silence_seconds: float = 3.0,
         publish_seconds: float = 2.0,
         backoff: tuple[float, float] = (0.1, 2.0),
+        namespace: str = "",
     ) -> None:
         _require_backend(url)
+        if not _NAMESPACE.fullmatch(namespace):
+            raise ValueError(
+                f"bus namespace {namespace!r}: at most 40 letters, digits, '_', '-' or '.' (empty: none)"
+            )
         self.url = url
+        # Every channel at the broker is `<namespace>.<channel>`: deployments (or test runs) sharing
+        # one Redis or PostgreSQL hear only their own messages. Empty: the channels' own names.
+        self.namespace = namespace
+        self._prefix = f"{namespace}." if namespace else ""
         # memory:// reaches only this process and cannot fail: it is not supervised.
         self.shared = not url.startswith("memory://")
         self.ping_seconds = ping_seconds
@@ -215,17 +231,26 @@ class EventBus:
         backend = _backend_for(self.url)
         return _Broadcast(backend, self._deliver, self._listener_failed), backend
 
+    def _broker(self, channel: str) -> str:
+        """A channel's name at the broker (in this bus's namespace)."""
+        return self._prefix + channel
+
     def _deliver(self, broadcast: Broadcast, event: BroadcastEvent) -> None:
         if broadcast is not self._broadcast:
             return  # a dropped connection's leftovers
-        if event.channel == self._ping_channel:
+        name = event.channel
+        if self._prefix:
+            if not name.startswith(self._prefix):
+                return  # another namespace's
+            name = name[len(self._prefix) :]
+        if name == self._ping_channel:
             self._last_pong = asyncio.get_running_loop().time()
             self._pong.set()
             return
-        if event.channel == GAP_CHANNEL:
+        if name == GAP_CHANNEL:
             self._on_remote_gap(event.message)
             return
-        channel = self._channels.get(event.channel)
+        channel = self._channels.get(name)
         if channel is None or not channel.locals:
             return
         message: str | dict[str, Any] = event.message
@@ -291,7 +316,7 @@ class EventBus:
             if self.shared:
                 while not self._failed.is_set():
                     self._pong.clear()
-                    await broadcast.publish(channel=self._ping_channel, message="1")
+                    await broadcast.publish(channel=self._broker(self._ping_channel), message="1")
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(0.25):
                             await self._pong.wait()
@@ -352,7 +377,7 @@ class EventBus:
                             raise ConnectionError("no bus connection")  # never while connected
                         try:
                             async with asyncio.timeout(self.publish_seconds):
-                                await broadcast.publish(channel=self._ping_channel, message="1")
+                                await broadcast.publish(channel=self._broker(self._ping_channel), message="1")
                         except Exception as exc:  # noqa: BLE001 - any failure is a lost bus
                             self._fail(broadcast, f"heartbeat not published: {exc!r}")
                         else:
@@ -444,7 +469,7 @@ class EventBus:
     async def _pump(self, channel: _Channel, broadcast: Broadcast, ready: asyncio.Event) -> None:
         """Holds the one broadcaster subscription of a channel (the listener delivers its messages)."""
         try:
-            async with broadcast.subscribe(channel=channel.name):
+            async with broadcast.subscribe(channel=self._broker(channel.name)):
                 ready.set()
                 await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -481,7 +506,8 @@ class EventBus:
     def _enqueue(
         self, messages: Sequence[tuple[str, dict[str, Any]]], done: asyncio.Future[None] | None, what: str
     ) -> None:
-        encoded = [(channel, jsoncodec.dumps(event)) for channel, event in messages]
+        prefix = self._prefix
+        encoded = [(prefix + channel, jsoncodec.dumps(event)) for channel, event in messages]
         self._outbox.append(_Outgoing(encoded, done, what))
         self._outbox_ready.set()
         self._unsent += len(encoded)

@@ -219,3 +219,53 @@ async def test_posted_and_awaited_publishes_keep_their_order_and_a_post_during_a
                 reader.cancel()
         finally:
             await bus.disconnect()
+
+
+@pytest.mark.parametrize("kind", ["redis", "postgres"])
+async def test_buses_of_different_namespaces_on_one_broker_hear_only_their_own(
+    kind: str, pg_url: str
+) -> None:
+    """Two deployments (or test runs) sharing one Redis or PostgreSQL: each hears its own namespace's
+    messages, heartbeats and gap markers, never the other's; an empty namespace is the channels' own
+    names, and a namespace the broker could not take is refused up front."""
+    from tests.conftest import redis_url
+
+    url = redis_url() if kind == "redis" else pg_bus_url(pg_url)
+    first, second, first_too = (
+        EventBus(url, ping_seconds=0.3, silence_seconds=1.5, namespace=n) for n in ("ns-a", "ns-b", "ns-a")
+    )
+    plain = fast_bus(url)
+    buses = (first, second, first_too, plain)
+    for bus in buses:
+        await bus.connect()
+    got: dict[str, list[dict[str, Any]]] = {"a": [], "b": [], "plain": []}
+    try:
+        async with (
+            first.subscribe("t.ns") as a_events,
+            second.subscribe("t.ns") as b_events,
+            plain.subscribe("t.ns") as plain_events,
+        ):
+
+            async def collect(events: Any, into: list[dict[str, Any]]) -> None:
+                async for e in events:
+                    into.append(e)
+
+            readers = [
+                asyncio.create_task(collect(a_events, got["a"])),
+                asyncio.create_task(collect(b_events, got["b"])),
+                asyncio.create_task(collect(plain_events, got["plain"])),
+            ]
+            await first_too.publish("t.ns", {"from": "a"})
+            await second.publish("t.ns", {"from": "b"})
+            await plain.publish("t.ns", {"from": "plain"})
+            await eventually(lambda: _async(all(got.values())), what="each bus's own message")
+            await asyncio.sleep(1.0)  # heartbeats go on meanwhile: each bus hears only its own
+            assert got == {"a": [{"from": "a"}], "b": [{"from": "b"}], "plain": [{"from": "plain"}]}
+            assert all(bus.connected and bus.reconnects == 0 for bus in buses)
+            for reader in readers:
+                reader.cancel()
+    finally:
+        for bus in buses:
+            await bus.disconnect()
+    with pytest.raises(ValueError, match="namespace"):
+        EventBus(url, namespace="no spaces or slashes/")

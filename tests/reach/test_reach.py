@@ -18,6 +18,7 @@ from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import notification_outbox
+from backend.domain.ids import new_id
 from backend.services.container import Services
 from backend.services.context import Deps
 from tests.api.client import Client, GraphQLError
@@ -382,7 +383,13 @@ async def test_another_process_s_ask_reaches_an_idle_worker_within_a_second_of_i
     # the push at the rows' due time.
     after = 1.0
     bus_url = redis_url()
-    env = {"TURNWISE_NOTIFY_AFTER_SECONDS": str(after), "TURNWISE_NOTIFY_POLL_SECONDS": ""}
+    # A namespace of its own: the idle count below is not to hear other test runs on the same Redis.
+    namespace = f"test-{new_id()}"
+    env = {
+        "TURNWISE_NOTIFY_AFTER_SECONDS": str(after),
+        "TURNWISE_NOTIFY_POLL_SECONDS": "",
+        "TURNWISE_BUS_NAMESPACE": namespace,
+    }
     server = await start(dialect, env, broadcast_url=bus_url)
     with push_service() as phone:
         async with people(server) as (_, person, _task_id, session_id, _agent_token):
@@ -394,9 +401,11 @@ async def test_another_process_s_ask_reaches_an_idle_worker_within_a_second_of_i
             # The waiter hub's heartbeat (every 5 s) at most: the worker polled 2 reads a second.
             assert idle <= 2, idle
             db = Database(server.database_url)
-            bus = EventBus(bus_url)
+            bus = EventBus(bus_url, namespace=namespace)
             await bus.connect()
-            settings = Settings(database_url=server.database_url, notify_after_seconds=after)
+            settings = Settings(
+                database_url=server.database_url, notify_after_seconds=after, bus_namespace=namespace
+            )
             other = Services.build(Deps(db=db, bus=bus, settings=settings))
             try:
                 agent = await Agent.ask(other, session_id, [QUESTION])
