@@ -15,10 +15,7 @@ process back from a gap announces it on `GAP_CHANNEL`, and every other process d
 markers: what the returning process could not publish never reached them either.
 While the bus is not connected a publish fails at once with `BusUnavailable` (nothing was sent);
 an attempted publish that fails or outlasts `publish_seconds` raises (it may have reached the broker).
-
-A `namespace` (`TURNWISE_BUS_NAMESPACE`) prefixes every channel at the broker (`<namespace>.<channel>`,
-heartbeats and gap markers included), so deployments or test runs sharing one Redis or PostgreSQL
-never hear each other; callers name channels as always.
+A `namespace` prefixes every channel's name at the broker (`names.namespace_prefix`).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ import collections
 import contextlib
 import datetime as dt
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -41,6 +37,7 @@ from broadcaster._backends.base import BroadcastBackend
 from broadcaster._base import Event as BroadcastEvent
 
 from backend import faults, jsoncodec, metrics
+from backend.bus.names import namespace_prefix
 from backend.domain.ids import new_id
 
 log = logging.getLogger("turnwise.events")
@@ -138,8 +135,6 @@ class _Outgoing:
     what: str
 
 
-_NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{0,40}")
-
 # At most this many messages per batch the sender publishes (one pipelined round trip on Redis).
 SEND_BATCH = 500
 
@@ -165,15 +160,8 @@ class EventBus:
         namespace: str = "",
     ) -> None:
         _require_backend(url)
-        if not _NAMESPACE.fullmatch(namespace):
-            raise ValueError(
-                f"bus namespace {namespace!r}: at most 40 letters, digits, '_', '-' or '.' (empty: none)"
-            )
-        self.url = url
-        # Every channel at the broker is `<namespace>.<channel>`: deployments (or test runs) sharing
-        # one Redis or PostgreSQL hear only their own messages. Empty: the channels' own names.
-        self.namespace = namespace
-        self._prefix = f"{namespace}." if namespace else ""
+        self.url, self.namespace = url, namespace
+        self._prefix = namespace_prefix(namespace)  # of every channel's name at the broker
         # memory:// reaches only this process and cannot fail: it is not supervised.
         self.shared = not url.startswith("memory://")
         self.ping_seconds = ping_seconds
@@ -232,17 +220,15 @@ class EventBus:
         return _Broadcast(backend, self._deliver, self._listener_failed), backend
 
     def _broker(self, channel: str) -> str:
-        """A channel's name at the broker (in this bus's namespace)."""
         return self._prefix + channel
 
     def _deliver(self, broadcast: Broadcast, event: BroadcastEvent) -> None:
         if broadcast is not self._broadcast:
             return  # a dropped connection's leftovers
-        name = event.channel
-        if self._prefix:
-            if not name.startswith(self._prefix):
-                return  # another namespace's
-            name = name[len(self._prefix) :]
+        name, prefix = event.channel, self._prefix
+        if not name.startswith(prefix):
+            return  # another namespace's
+        name = name[len(prefix) :]
         if name == self._ping_channel:
             self._last_pong = asyncio.get_running_loop().time()
             self._pong.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 
 def bus_channel_name(channel: str, limit: int = 63) -> str:
@@ -10,3 +11,16 @@ def bus_channel_name(channel: str, limit: int = 63) -> str:
     if len(channel.encode()) <= limit:
         return channel
     return "turnwise.h." + hashlib.sha256(channel.encode()).hexdigest()[:40]
+
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9_.\-]{0,40}")
+
+
+def namespace_prefix(namespace: str) -> str:
+    """What a bus of this namespace puts before every channel's name at the broker (`<namespace>.`;
+    empty for none), so deployments or test runs sharing one Redis or PostgreSQL never hear each other."""
+    if not _NAMESPACE.fullmatch(namespace):
+        raise ValueError(
+            f"bus namespace {namespace!r}: at most 40 letters, digits, '_', '-' or '.' (or none)"
+        )
+    return f"{namespace}." if namespace else ""
