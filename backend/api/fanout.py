@@ -38,6 +38,7 @@ from graphql import ExecutionResult, execute_subscription_event
 
 from backend import jsoncodec, metrics
 from backend.api import strawberry_adapter
+from backend.services.live import Direct
 
 T = TypeVar("T")
 
@@ -139,12 +140,7 @@ def next_message(message: object) -> str | None:
     return '{"id":' + quoted + ',"type":"next","payload":{"data":' + text + "}}"
 
 
-# Given a value offered to a subscription's mailbox: the send of its result, or None (see `Direct` in
-# `backend/services/live.py`).
-DirectSender = Callable[[Any], Awaitable[bool] | None]
-
-
-def direct_sender(event_of: Callable[[Any], Any]) -> DirectSender | None:
+def direct_sender(event_of: Callable[[Any], Any]) -> Direct | None:
     """A sender for the subscription that the current task runs (None where its results cannot be sent
     directly: see `strawberry_adapter.running_operation`). `event_of` makes the subscription's event of
     a value offered to it, as its generator would yield it."""
