@@ -20,11 +20,13 @@ from sqlalchemy.engine import make_url
 from backend.db import migrate
 from backend.db.engine import Database
 from backend.db.tables import metadata
+from tests.hang_guard import pytest_runtest_call
 from tests.lifecycle.support import kind
 from tests.scenarios import pytest_collection_modifyitems
 
-# The scenario marker's check runs on every collection; `kind` is each kind of pending action.
-__all__ = ["kind", "pytest_collection_modifyitems"]
+# The scenario marker's check runs on every collection; `kind` is each kind of pending action; a hung
+# async test ends in its own coroutine with every task's stack printed (`tests/hang_guard.py`).
+__all__ = ["kind", "pytest_collection_modifyitems", "pytest_runtest_call"]
 
 PG_URL = os.environ.get("TURNWISE_TEST_PG_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("TURNWISE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

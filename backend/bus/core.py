@@ -37,6 +37,7 @@ from broadcaster._backends.base import BroadcastBackend
 from broadcaster._base import Event as BroadcastEvent
 
 from backend import faults, jsoncodec, metrics
+from backend.background import stop_tasks
 from backend.bus.names import namespace_prefix
 from backend.domain.ids import new_id
 
@@ -272,16 +273,8 @@ class EventBus:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.publish_seconds):
                 await self._drained.wait()
-        if self._sender is not None:
-            self._sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sender
-            self._sender = None
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._supervisor
-            self._supervisor = None
+        await stop_tasks([self._sender, self._supervisor], log, "bus task")
+        self._sender = self._supervisor = None
         broadcast, backend = self._broadcast, self._backend
         self._drop()
         self._set_state(BusState.DISCONNECTED)

@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from backend.background import stop_tasks
 from backend.bus import BUS_GAP, TASK_CHANNEL
 from backend.domain.records import MessageRecord, SessionPending, SummaryRecord
 from backend.repository import messages as message_rows
 from backend.repository import pending
-from backend.services.background import stop_tasks
 from backend.services.context import Deps
 from backend.services.summaries import SUMMARY_CHANNEL, Summaries
 

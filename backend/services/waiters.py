@@ -30,13 +30,13 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from backend import faults
+from backend.background import stop_tasks
 from backend.bus import BUS_GAP, TASK_CHANNEL
 from backend.db.engine import utcnow
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.domain.permissions import Decision, decision_from_response
 from backend.repository import instances
-from backend.services.background import stop_tasks
 from backend.services.context import Deps
 
 if TYPE_CHECKING:

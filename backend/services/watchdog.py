@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from backend.background import stop_tasks
 from backend.bus import TASK_CHANNEL
 from backend.db.engine import utcnow
 from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import reservations, runners, tasks, turns
-from backend.services.background import stop_tasks
 from backend.services.context import Deps
 from backend.services.orchestrator import Orchestrator, TurnSnapshot
 from backend.services.prompt_channel import PromptChannel
