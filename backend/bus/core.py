@@ -138,6 +138,8 @@ class _Outgoing:
 
 # At most this many messages per batch the sender publishes (one pipelined round trip on Redis).
 SEND_BATCH = 500
+# How long closing a dropped connection may take (a paused broker answers nothing).
+CLOSE_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -279,7 +281,9 @@ class EventBus:
         self._drop()
         self._set_state(BusState.DISCONNECTED)
         if broadcast is not None and backend is not None:
-            await self._close(broadcast, backend)
+            self._close_later(broadcast, backend)
+        if self._closing:  # each close is bounded; one that swallowed its cancellation is not awaited
+            await asyncio.wait(list(self._closing), timeout=2 * CLOSE_SECONDS)
         for task in list(self._closing):
             task.cancel()
 
@@ -316,7 +320,7 @@ class EventBus:
     async def _close(self, broadcast: Broadcast, backend: BroadcastBackend) -> None:
         """Close a dropped Broadcast best-effort, within a bound (a paused broker answers nothing)."""
         try:
-            async with asyncio.timeout(1.0):
+            async with asyncio.timeout(CLOSE_SECONDS):
                 try:
                     await broadcast.disconnect()
                 except AttributeError:  # its connect failed before the listener existed
