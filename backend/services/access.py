@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 from dataclasses import dataclass, field
 
+from backend.background import stop_tasks
 from backend.bus import BUS_GAP
 from backend.domain.errors import InvalidInput
 from backend.domain.names import plain_name
@@ -56,11 +56,8 @@ class Access:
         await asyncio.wait_for(ready.wait(), 10)
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
+        await stop_tasks([self._listener], log, "access listener")
+        self._listener = None
 
     async def _listen(self, ready: asyncio.Event) -> None:
         while True:

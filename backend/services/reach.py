@@ -43,6 +43,7 @@ from urllib.parse import SplitResult, urlsplit
 
 import httpx
 
+from backend.background import stop_tasks
 from backend.bus import BUS_GAP
 from backend.db.engine import utcnow
 from backend.db.health import is_outage
@@ -135,10 +136,8 @@ class Reach:
             self._task = asyncio.create_task(self._run(), name="turnwise-reach")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await stop_tasks([self._task], log, "reach worker")
+        self._task = None
         if self.client is not None:
             await self.client.aclose()
             self.client = None

@@ -20,10 +20,10 @@ each respond, not stored.)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from backend.background import stop_tasks
 from backend.db.engine import Database
 from backend.db.health import is_outage
 from backend.domain.lifecycle import Claim
@@ -74,11 +74,8 @@ class Restorer:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_tasks([self._task], log, "claim restorer")
+        self._task = None
 
     async def _run(self) -> None:
         delay = 0.1

@@ -169,7 +169,11 @@ async def test_two_overlapping_loads_the_older_finishing_last_change_nothing(
     await asyncio.wait_for(held.seen.wait(), 10)
     # The older load's snapshot names the secondary session; by now the primary owns the question.
     await api.respond(first.pending_id, [{"questionId": "policy", "customText": "done"}])
+    await expect(question_icon(page, task_id)).to_have_count(0)
     second = await api.ask(primary, [question("Second question?")])
+    # The page has seen the second ask before the newer activation starts: a summary that changed
+    # mid-load would rightly discard that activation's owner choice too (S11).
+    await expect(question_icon(page, task_id)).to_be_visible()
     await activate(page, task_id, phone=False)
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
     await expect(card(page)).to_contain_text("Second question?")
