@@ -117,6 +117,9 @@ async def test_secondary_session_owning_the_question_opens_on_activation(
     network = await open_app(page, any_server, f"/t/{task_id}/s/{primary}", phone=phone)
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
     agent = await any_api.ask(secondary, context="The webhook fails under load.")
+    # The page has seen the ask (on a phone too, whose task list is in the closed drawer) before the
+    # activation: a summary that changed mid-load would rightly discard its owner choice (S11).
+    await expect(page.get_by_test_id(f"session-tab-{secondary}").locator(".tab-dot")).to_be_visible()
     if not phone:
         await expect(question_icon(page, task_id)).to_be_visible()
     await activate(page, task_id, phone=phone)
