@@ -23,6 +23,14 @@ SCENARIO_IDS: tuple[str, ...] = (
     "S41", "S42", "S43", "S44", "S45",
 )  # fmt: skip
 
+# The kinds of pending action a scenario about one must run for, and the scenarios that concern no
+# pending action's kind: a summary's revision against a message event (S06), how a reservation's
+# attempted marker is read (S30), startup refusing an unreconciled reservation (S35), and projector
+# refreshes racing events of two request identities (S45).
+PENDING_KINDS: tuple[str, ...] = ("clarification", "permission")
+KIND_NEUTRAL: frozenset[str] = frozenset({"S06", "S30", "S35", "S45"})
+KINDS_MARKER = "kinds"
+
 MARKER = "scenario"
 NOTE_MARKER = "scenario_note"
 NOTE_PATTERN = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
@@ -38,6 +46,17 @@ def scenario_notes(item: pytest.Item) -> list[tuple[str, str]]:
     return [(str(mark.args[0]), str(mark.args[1])) for mark in item.iter_markers(NOTE_MARKER)]
 
 
+def item_kinds(item: pytest.Item) -> list[str]:
+    """The kinds of pending action a test runs for: its `kind` parameter's (each parametrized case
+    one), else its `kinds` marker's, else clarifications (the kind every test began with)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "kind" in callspec.params:
+        value = str(callspec.params["kind"])
+        return [k for k in PENDING_KINDS if k in value.lower()]
+    marked = [str(k) for mark in item.iter_markers(KINDS_MARKER) for k in mark.args]
+    return marked or ["clarification"]
+
+
 def note_label(scenario_id: str, note: str) -> str:
     return f"{scenario_id}-{note}"
 
@@ -50,6 +69,10 @@ def marker_problems(item: pytest.Item) -> list[str]:
         unknown = [i for i in mark.args if i not in SCENARIO_IDS]
         if unknown:
             problems.append(f"{item.nodeid}: unknown scenario ids {unknown!r} (known: S01-S45)")
+    for mark in item.iter_markers(KINDS_MARKER):
+        unknown = [k for k in mark.args if k not in PENDING_KINDS]
+        if not mark.args or mark.kwargs or unknown:
+            problems.append(f"{item.nodeid}: kinds marker names {PENDING_KINDS}, got {mark}")
     for mark in item.iter_markers(NOTE_MARKER):
         if len(mark.args) != 2 or mark.kwargs:
             problems.append(f"{item.nodeid}: scenario_note marker needs a scenario id and a note, got {mark}")
