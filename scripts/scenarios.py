@@ -35,7 +35,9 @@ class Collector:
     def __init__(self) -> None:
         self.matrix: dict[str, list[str]] = {s: [] for s in SCENARIO_IDS}
         # Scenario id -> kind of pending action -> tests that check it for that kind.
-        self.kinds: dict[str, dict[str, list[str]]] = {s: {k: [] for k in PENDING_KINDS} for s in SCENARIO_IDS}
+        self.kinds: dict[str, dict[str, list[str]]] = {
+            s: {k: [] for k in PENDING_KINDS} for s in SCENARIO_IDS
+        }
         # Scenario id -> {note label: tests}: tests that depart from the scenario's THEN on purpose.
         self.notes: dict[str, dict[str, list[str]]] = {s: {} for s in SCENARIO_IDS}
 
@@ -87,8 +89,10 @@ def main(argv: list[str]) -> int:
     else:
         for sid, tests in matrix.items():
             by_kind = collector.kinds[sid]
-            kinds = "kind-neutral" if sid in KIND_NEUTRAL else ", ".join(
-                f"{k} {len(by_kind[k])}" for k in PENDING_KINDS
+            kinds = (
+                "kind-neutral"
+                if sid in KIND_NEUTRAL
+                else ", ".join(f"{k} {len(by_kind[k])}" for k in PENDING_KINDS)
             )
             status = "MISSING: no test checks it" if not tests else f"{len(tests)} test(s); {kinds}"
             if sid in one_kind:
@@ -103,9 +107,10 @@ def main(argv: list[str]) -> int:
         missing = [s for s, t in matrix.items() if not t]
         print(f"\n{len(SCENARIO_IDS) - len(missing)} of {len(SCENARIO_IDS)} scenarios have tests", end="")
         print(f"; missing: {', '.join(missing)}" if missing else "")
+        about_kinds = len(SCENARIO_IDS) - len(KIND_NEUTRAL)
         print(
-            f"{len(SCENARIO_IDS) - len(KIND_NEUTRAL) - len(one_kind)} of {len(SCENARIO_IDS) - len(KIND_NEUTRAL)}"
-            " scenarios about a pending action run for both kinds",
+            f"{about_kinds - len(one_kind)} of {about_kinds} scenarios about a pending action"
+            " run for both kinds",
             end="",
         )
         print(f"; one kind only: {', '.join(one_kind)}" if one_kind else "")
