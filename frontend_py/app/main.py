@@ -10,7 +10,7 @@ import js  # type: ignore[import-not-found]
 from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
-from frontend_py.app import net, notify, push, queries, view
+from frontend_py.app import loads, net, notify, push, queries, view
 from frontend_py.kit import (
     PERMISSION,
     ActivationController,
@@ -41,6 +41,7 @@ NOTICE_KEYS = (
     "permission-queued|",
 )
 LIVE_REQUEST_STATES = ("ACTIVE_LIVE", "ACTIVE_DETACHED")
+RETRY_ACTIONS = ("retry-sessions", "retry-history")
 # Returns "" when the text is strict JSON, else the browser's reason (a thrown error never reaches
 # MicroPython as a Python exception; MicroPython's own json.loads also takes trailing commas).
 STRICT_JSON = "try { JSON.parse(text); return ''; } catch (error) { return String(error.message || error); }"
@@ -149,6 +150,7 @@ class App:
         # snapshot may have been read before them, so they are applied again on top of it.
         self.history_events: dict[str, list[dict[str, Any]]] = {}
         self.session_loads: dict[str, int] = {}
+        self.loads = loads.Loads()
         self.refetching = False
         self._html: dict[str, str] = {}
         self._rows: dict[str, tuple[Any, str]] = {}
@@ -318,34 +320,64 @@ class App:
         # Only a task's newest list applies: an older one could drop a session created since.
         load = self.session_loads.get(task_id, 0) + 1
         self.session_loads[task_id] = load
+        key = self._start_load(loads.sessions_key(task_id))
         try:
             data = await self.http.query(queries.ROUTE_SESSIONS, {"taskId": task_id})
         except net.Unauthorized:
+            self.loads.finish(key, False)
             self.sign_out("That token was not accepted. Sign in again.")
             return
-        except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
+        except Exception as error:  # noqa: BLE001 - the page says it failed and offers to retry
             window.console.warn("loading sessions failed: " + str(error))
+            self.loads.finish(key, self.session_loads.get(task_id) == load, _failure(error))
+            self.render()
             return
-        if self.store.task(task_id) is None or self.session_loads.get(task_id) != load:
+        newest = self.session_loads.get(task_id) == load
+        self.loads.finish(key, newest)
+        if self.store.task(task_id) is None or not newest:
             return
         sessions = data["taskSessions"]
         self._note_bundles(sessions)
         self.store.apply_task_sessions(task_id, sessions)
         self.render()
 
+    def _start_load(self, key: str) -> str:
+        self.loads.start(key)
+        if self.loads.failure(key) is not None:
+            self.render()  # the failure's Retry now says it is retrying
+        return key
+
+    def _retry(self, action: str) -> None:
+        """Load again what the open route failed to load; the route itself stays as it is."""
+        task_id, session_id = self.route_task, self.route_session
+        if task_id is None:
+            return
+        if action == "retry-sessions" and not self.loads.running(loads.sessions_key(task_id)):
+            _spawn(self.load_task_sessions(task_id))
+        if session_id is not None:
+            key = loads.history_key(session_id)
+            if self.loads.failure(key) is not None and not self.loads.running(key):
+                _spawn(self.load_history(session_id))
+
     async def load_history(self, session_id: str) -> None:
         load = self.history_loads.get(session_id, 0) + 1
         self.history_loads[session_id] = load
         self.history_events.setdefault(session_id, [])
+        key = self._start_load(loads.history_key(session_id))
         try:
             data = await self.http.query(queries.SESSION_HISTORY, {"sessionId": session_id})
-        except Exception as error:  # noqa: BLE001 - a failed background load is logged, the page lives on
+        except Exception as error:  # noqa: BLE001 - the page says it failed and offers to retry
             window.console.warn("loading the session failed: " + str(error))
-            if self.history_loads.get(session_id) == load:
+            newest = self.history_loads.get(session_id) == load
+            if newest:
                 self.history_events.pop(session_id, None)
+            self.loads.finish(key, newest, _failure(error))
+            self.render()
             return
         # Applied even before the session list arrives: opening a deep link loads both at once.
-        if self.history_loads.get(session_id) != load:
+        newest = self.history_loads.get(session_id) == load
+        self.loads.finish(key, newest)
+        if not newest:
             return
         self.store.apply_session_turns(session_id, data["sessionTurns"])
         self.store.apply_session_messages(session_id, data["sessionMessages"])
@@ -545,6 +577,8 @@ class App:
             self.render()
         elif action == "hide-card":
             self._hide_card()
+        elif action in RETRY_ACTIONS:
+            self._retry(action)
         elif action == "dismiss-notice":
             self.notice = None
             self.render()
@@ -953,9 +987,33 @@ class App:
     def render(self, scroll: bool = False) -> None:
         if self.signed_out:
             return
+        retrying = self._focused_retry()
         self._render_tasks()
         self._render_main(scroll)
+        if retrying is not None:
+            self._keep_retry_focus(retrying)
         self.attention.update()
+
+    def _focused_retry(self) -> str | None:
+        active = document.activeElement
+        if _js_none(active) or str(active.nodeType) != "1":
+            return None
+        action = _attr(active, "data-action")
+        return action if action in RETRY_ACTIONS else None
+
+    def _keep_retry_focus(self, action: str) -> None:
+        """A render replaced the focused Retry: focus the new one, or what the retry brought."""
+        active = document.activeElement
+        if not _js_none(active) and active != document.body:
+            return
+        target = document.querySelector('[data-action="' + action + '"]')
+        if _js_none(target) and action == "retry-sessions":
+            target = document.querySelector('#tabs [aria-selected="true"]')
+            if _js_none(target):
+                target = document.querySelector("#tabs [role=tab]")
+        if _js_none(target):
+            target = document.getElementById("transcript")
+        target.focus()
 
     def _render_tasks(self) -> None:
         # 200 rows are rebuilt on every render; a row's HTML is reused while its inputs are unchanged,
@@ -1006,6 +1064,10 @@ class App:
             self._reset_draft(None)
             return
         sessions = self.store.task_sessions(task_id)
+        sessions_key = loads.sessions_key(task_id)
+        # No list held: a failed or unfinished load must not read as a task without sessions.
+        failure = None if sessions else self.loads.failure(sessions_key)
+        listed = bool(sessions) or (failure is None and self.loads.arrived(sessions_key))
         head = (
             '<div class="task-head"><h1>'
             + view.esc(task.get("title"))
@@ -1014,7 +1076,13 @@ class App:
             + "</span></div>"
         )
         self._set_html("task-head", head)
-        self._set_html("tabs", view.session_tabs(task_id, sessions, self.route_session))
+        if failure is not None:
+            tabs = view.load_failed("sessions", failure, self.loads.running(sessions_key))
+        elif not listed:
+            tabs = view.SESSIONS_LOADING
+        else:
+            tabs = view.session_tabs(task_id, sessions, self.route_session)
+        self._set_html("tabs", tabs)
         session_id = self.route_session
         if session_id is None or self.store.session(session_id) is None:
             owner = None
@@ -1025,7 +1093,7 @@ class App:
             if owner is not None:
                 hint = "A session of this task needs your input: it is marked with a dot above."
             self._set_html("rules", "")
-            self._set_html("transcript", '<p class="empty">' + view.esc(hint) + "</p>")
+            self._set_html("transcript", '<p class="empty">' + view.esc(hint) + "</p>" if listed else "")
             self._set_card_slot(self._notice_html())
             self._reset_draft(None)
             return
@@ -1039,10 +1107,14 @@ class App:
         node = document.getElementById("transcript")
         # Follow the conversation while the reader is at its end (a card appearing shrinks the view).
         at_end = node.scrollTop + node.clientHeight >= node.scrollHeight - 48
-        changed = self._set_html(
-            "transcript",
-            view.transcript(self.store.turns(session_id), self.store.messages(session_id), active_ids),
-        )
+        turns = self.store.turns(session_id)
+        history_key = loads.history_key(session_id)
+        history_failure = self.loads.failure(history_key) if turns is None else None
+        if history_failure is not None:
+            html = view.load_failed("history", history_failure, self.loads.running(history_key))
+        else:
+            html = view.transcript(turns, self.store.messages(session_id), active_ids)
+        changed = self._set_html("transcript", html)
         card_changed = self._render_card(session_id, active_ids, action)
         if (changed and scroll) or ((changed or card_changed) and at_end):
             node.scrollTop = node.scrollHeight
@@ -1121,6 +1193,14 @@ class App:
                     self.card_error,
                 )
         return self._set_card_slot(html)
+
+
+def _failure(error: Exception) -> str:
+    """Why a load failed, in words: the server's own, else that the server could not be reached."""
+    if isinstance(error, net.GraphQLError):
+        return "The server answered with an error: " + str(error) + "."
+    # Only the request runs inside a load's ``try``: any other error is the network failing it.
+    return "The server could not be reached. Check the connection, then retry."
 
 
 def _revision_key(revision: Any) -> str:

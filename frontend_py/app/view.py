@@ -133,6 +133,44 @@ def session_tabs(task_id: str, sessions: list[dict[str, Any]], selected: str | N
     return '<div class="tabs" role="tablist" aria-label="Sessions">' + "".join(parts) + "</div>"
 
 
+SESSIONS_LOADING = '<p class="empty">Loading sessions…</p>'
+
+ALERT_ICON = (
+    '<svg viewBox="0 0 20 20" aria-hidden="true"><circle cx="10" cy="10" r="9" fill="currentColor"/>'
+    '<path d="M10 5.6v5.2" stroke="#fff" stroke-width="1.9" stroke-linecap="round"/>'
+    '<circle cx="10" cy="14.2" r="1.1" fill="#fff"/></svg>'
+)
+
+# What failed to load -> (test id prefix, the headline); the action is ``retry-<what>``.
+LOAD_FAILURES = {
+    "sessions": ("task-sessions", "Couldn't load this task's sessions."),
+    "history": ("session-history", "Couldn't load this session."),
+}
+
+
+def load_failed(what: str, reason: str, retrying: bool) -> str:
+    """A load that failed, in place of what it would have shown: why, and Retry.
+
+    An alert, so a screen reader says it when it appears. While the retry is on its way the button
+    stays focusable (``aria-disabled``, not ``disabled``), so the keyboard's place is kept.
+    """
+    prefix, headline = LOAD_FAILURES[what]
+    return (
+        '<div class="load-failed" role="alert" data-testid="' + prefix + '-error">'
+        '<span class="load-failed-icon">' + ALERT_ICON + "</span>"
+        '<div class="load-failed-text"><p class="load-failed-title">' + esc(headline) + "</p>"
+        '<p class="load-failed-reason">' + esc(reason) + "</p></div>"
+        '<button type="button" class="btn ghost small" data-action="retry-' + what + '" '
+        'data-testid="'
+        + prefix
+        + '-retry"'
+        + (' aria-disabled="true"' if retrying else "")
+        + ">"
+        + ("Retrying…" if retrying else "Retry")
+        + "</button></div>"
+    )
+
+
 # --- transcript --------------------------------------------------------------------------------
 
 
