@@ -61,6 +61,12 @@ async def detached_request(
     return agent
 
 
+def answered_in_prompt(kind: Kind) -> str:
+    """A text the resume prompt carries for what `kind.answer` sent: the chosen option's label, or
+    the ALLOW of the tool call as asked."""
+    return "The user allowed it. " if kind.is_permission else "SQLite"
+
+
 async def turn_rows(db: Database, session_id: str) -> list[dict[str, Any]]:
     """Every stored turn of the session (visible or not) with its metadata, oldest first."""
     async with db.read() as conn:

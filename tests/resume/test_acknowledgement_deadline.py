@@ -16,21 +16,27 @@ from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
 from backend.services.bundles import trusted
-from tests.lifecycle.support import new_session, recording, rows, yes
-from tests.resume.support import GatedExecutor, detached_question, eventually, resuming, turn_rows
+from tests.lifecycle.support import Kind, new_session, recording, rows, yes
+from tests.resume.support import (
+    GatedExecutor,
+    answered_in_prompt,
+    detached_question,
+    detached_request,
+    eventually,
+    resuming,
+    turn_rows,
+)
 
 
 @pytest.mark.scenario("S34")
 async def test_silence_before_the_attempt_marker_is_a_failed_admission_that_restores_the_answer(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     executor = ScriptedExecutor(["accepted"])
     async with resuming(db, executor=executor, persistence_seconds=0.6) as (svc, _):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        assert agent.bundle is not None
-        source_turn = agent.bundle.turn_id
-        assert source_turn is not None
+        agent = await detached_request(svc, session_id, kind)
+        source_turn = agent.turn_id
         # Another server process holds an unresolved reservation of the session: this orchestrator
         # cannot admit the prompt, so it stays silent until its bounded admission deadline.
         async with db.write() as conn:
@@ -47,9 +53,7 @@ async def test_silence_before_the_attempt_marker_is_a_failed_admission_that_rest
             )
         before = await turn_rows(db, session_id)
         async with recording(svc) as log:
-            failed = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await kind.answer(svc, agent.pending_id, agent.bundle)
             await eventually(lambda: len(log.kinds("message.updated")) >= 1)
         # Acceptance failed: a retryable error, nothing reached the executor, no successor of ours.
         assert isinstance(failed, lc.DeliveryFailed)
@@ -70,12 +74,11 @@ async def test_silence_before_the_attempt_marker_is_a_failed_admission_that_rest
         # Once the other reservation resolves, the same answer goes through exactly once.
         async with db.write() as conn:
             await reservations.delete_unpublished(conn, "held-elsewhere")
-        retry = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        retry = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(retry, lc.Responded)
         assert retry.resumed is True
         assert len(executor.received) == 1
+        assert answered_in_prompt(kind) in executor.received[0].prompt
         await agent.close()
 
 

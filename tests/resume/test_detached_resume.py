@@ -182,25 +182,21 @@ async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_suc
 
 @pytest.mark.scenario("S29")
 async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admission_until_restart_recovery(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with resuming(db, ["rejected"], dispatch_seconds=0.3, persistence_seconds=1.0) as (svc, executor):
         _, session_id = await new_session(svc)
-        first = await detached_question(svc, session_id)
+        first = await detached_request(svc, session_id, kind)
         predecessor = first.turn_id
         async with faulty("resume.rollback"):
-            failed = await svc.clarifications.respond(
-                first.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await kind.answer(svc, first.pending_id, first.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
         assert svc.orchestrator.quarantined(session_id)
         reserved = executor.received[0].turn_id
         # Another answer in that session cannot enter: admission stays closed (and stays retryable).
-        second = await detached_question(svc, session_id)
-        blocked = await svc.clarifications.respond(
-            second.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        second = await detached_request(svc, session_id, kind)
+        blocked = await kind.answer(svc, second.pending_id, second.bundle)
         assert isinstance(blocked, lc.DeliveryFailed)
         assert blocked.retryable is True
         assert len(executor.received) == 1
@@ -221,11 +217,11 @@ async def test_failed_rollback_keeps_the_reservation_unresolved_and_blocks_admis
 
 @pytest.mark.scenario("S34")
 async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_and_restores(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"], persistence_seconds=0.8) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         # Another server process holds an unresolved reservation of the session.
         async with db.write() as conn:
             await locks.lock_sessions(conn, [session_id])
@@ -239,33 +235,33 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
                 claim_id=None,
                 origin="detached",
             )
-        failed = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        failed = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is True
         assert executor.received == []
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
+        assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
         await agent.close()
 
 
 @pytest.mark.scenario("S25")
-async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Database) -> None:
+async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Database, kind: Kind) -> None:
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
+        assert agent.bundle is not None
         stale_turn = agent.turn_id
         await svc.operations.start_turn(session_id)
         before = await turn_rows(db, session_id)
         outcome = await svc.orchestrator.dispatch_answer(
             session_id=session_id,
-            task_id=agent.bundle.task_id,  # type: ignore[union-attr]
+            task_id=agent.bundle.task_id,
             source_turn_id=stale_turn,
             pending_id=agent.pending_id,
-            message_ids=[agent.bundle.rows[0].id],  # type: ignore[union-attr]
-            answers=yes("q1"),
+            message_ids=[agent.bundle.rows[0].id],
+            answers=kind.answers(agent.bundle),
             claim_id=None,
             origin="watchdog",
         )
@@ -279,19 +275,15 @@ async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Data
 
 
 async def _overlapping_ready_event(
-    db: Database, outcome: str, generation: str | None
+    db: Database, kind: Kind, outcome: str, generation: str | None
 ) -> tuple[BaseException | None, bool, list[str]]:
     """A predecessor's completeTurn arrives while its successor's dispatch is in flight."""
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        assert agent.bundle is not None
-        predecessor = agent.bundle.turn_id
-        assert predecessor is not None
-        respond = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        agent = await detached_request(svc, session_id, kind)
+        predecessor = agent.turn_id
+        respond = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await asyncio.wait_for(gate.started.wait(), 5)
         assert svc.operations.reservations is not None
         watching = svc.operations.reservations = Watching(svc.operations.reservations)
@@ -316,9 +308,9 @@ async def _overlapping_ready_event(
 
 @pytest.mark.scenario("S28")
 async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation_cannot_complete_anything(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
-    error, predecessor_completed, completed = await _overlapping_ready_event(db, "accepted", "own")
+    error, predecessor_completed, completed = await _overlapping_ready_event(db, kind, "accepted", "own")
     assert error is not None
     assert getattr(error, "code", "") == "STALE_GENERATION"
     # The accepted successor ended its predecessor when it was published; the stale ready event
@@ -329,18 +321,18 @@ async def test_ready_event_waits_for_the_reservation_and_a_superseded_generation
 
 @pytest.mark.scenario("S28")
 async def test_ready_event_whose_generation_still_owns_the_session_after_rollback_completes_normally(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
-    error, predecessor_completed, _ = await _overlapping_ready_event(db, "rejected", "own")
+    error, predecessor_completed, _ = await _overlapping_ready_event(db, kind, "rejected", "own")
     assert error is None
     assert predecessor_completed
 
 
 @pytest.mark.scenario("S31")
 async def test_generationless_ready_event_overlapping_a_reservation_is_dropped_after_rollback(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
-    error, predecessor_completed, completed = await _overlapping_ready_event(db, "rejected", None)
+    error, predecessor_completed, completed = await _overlapping_ready_event(db, kind, "rejected", None)
     assert error is not None
     assert getattr(error, "code", "") == "STALE_GENERATION"
     assert completed == []

@@ -1,8 +1,8 @@
 """S10: a clarification pause that observed no turn, racing the session's first turn.
 
 The pause's expectation is a `TurnSnapshot` its caller captures before anything detaches: a turn id,
-or explicitly none. Here the session has no turn when the pause looks; then an agent's question
-opens the session's first turn, and that question's wait detaches, while the pause's cancellation is
+or explicitly none. Here the session has no turn when the pause looks; then an agent's question (or
+permission request) opens the session's first turn, and its wait detaches, while the pause's cancellation is
 being registered: its unit of work waits on the session lock the turn's creation holds. The stale
 pause must find the new authority under the lock, refuse, and leave the first turn alone.
 """
@@ -21,13 +21,13 @@ from backend.domain.lifecycle import BundleState
 from backend.repository import turns
 from backend.services.bundles import trusted
 from backend.services.orchestrator import TurnSnapshot
-from tests.lifecycle.support import Agent, new_session, recording
+from tests.lifecycle.support import Kind, new_session, recording
 from tests.resume.support import resuming, turn_rows
 
 
 @pytest.mark.scenario("S10")
 async def test_a_pause_that_saw_no_turn_refuses_to_cancel_the_first_turn_created_while_it_registers(
-    db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    db: Database, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, kind: Kind
 ) -> None:
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc, turn=False)
@@ -51,7 +51,7 @@ async def test_a_pause_that_saw_no_turn_refuses_to_cancel_the_first_turn_created
         monkeypatch.setattr(turns, "insert_turn", held_insert)
         caplog.set_level(logging.INFO, logger="turnwise.resume")
         async with recording(svc) as log:
-            asking = asyncio.create_task(Agent.ask(svc, session_id, timeout_seconds=0.05))
+            asking = asyncio.create_task(kind.ask(svc, session_id, timeout_seconds=0.05))
             await asyncio.wait_for(inserted.wait(), 5)
             # The pause now registers its cancellation: it waits for the session lock.
             pausing = asyncio.create_task(svc.orchestrator.cancel_paused(pause))
@@ -73,7 +73,7 @@ async def test_a_pause_that_saw_no_turn_refuses_to_cancel_the_first_turn_created
         assert not [e for e in log.events if e["type"] == "turn.completed"]
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == first_turn
-        # The detached question of that turn stays answerable.
+        # The detached pending action of that turn stays answerable.
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED

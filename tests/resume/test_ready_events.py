@@ -13,25 +13,21 @@ from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
 from backend.services.bundles import trusted
 from backend.services.clarifications import TaskAdvanceBlocked
-from tests.lifecycle.support import new_session, recording, yes
-from tests.resume.support import GatedExecutor, detached_question, resuming, turn_rows
+from tests.lifecycle.support import Kind, new_session, recording
+from tests.resume.support import GatedExecutor, detached_request, resuming, turn_rows
 
 
 @pytest.mark.scenario("S31")
 async def test_a_generationless_ready_event_dropped_after_rollback_changes_no_session_or_workflow_state(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         task_id, session_id = await new_session(svc)
         await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
-        agent = await detached_question(svc, session_id)
-        assert agent.bundle is not None
-        predecessor = agent.bundle.turn_id
-        assert predecessor is not None
-        respond = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        agent = await detached_request(svc, session_id, kind)
+        predecessor = agent.turn_id
+        respond = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await asyncio.wait_for(gate.started.wait(), 5)
         before_turns = await turn_rows(db, session_id)
         async with recording(svc) as log:
@@ -46,7 +42,7 @@ async def test_a_generationless_ready_event_dropped_after_rollback_changes_no_se
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is True
         # Dropped: no turn completed, no turn event, no detach, the session still waits for input
-        # on the restored question, and the workflow step and guard are exactly as before.
+        # on the restored pending action, and the workflow step and guard are exactly as before.
         after_turns = await turn_rows(db, session_id)
         assert [t["id"] for t in after_turns] == [predecessor]
         assert after_turns == [t for t in before_turns if t["id"] == predecessor]

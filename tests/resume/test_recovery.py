@@ -11,14 +11,13 @@ from backend.db.engine import Database
 from backend.db.sqlfuncs import json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns as T
-from backend.domain.lifecycle import Answer, BundleState
+from backend.domain.lifecycle import BundleState
 from backend.repository import claims, locks, messages, reservations, turns
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.recovery import RecoveryFailed
 from tests.lifecycle.support import CLARIFICATION, Kind, new_session, questions, recording, rows
 from tests.resume.support import (
-    detached_question,
     detached_request,
     eventually,
     faulty,
@@ -176,24 +175,25 @@ async def test_startup_preserves_a_message_backed_reservation_without_an_attempt
 )
 @pytest.mark.scenario("S37")
 async def test_malformed_recovery_metadata_fails_startup_keeps_the_rows_and_still_recovers_the_rest(
-    db: Database, broken: dict[str, Any]
+    db: Database, broken: dict[str, Any], kind: Kind
 ) -> None:
     async with resuming(db) as (svc, _):
         _, bad_session = await new_session(svc)
         _, good_session = await new_session(svc)
         _, intent_session = await new_session(svc)
-        bad_pending, bad_turn, _ = await strand(svc, db, bad_session, qs=2, metadata=broken)
-        good_pending, good_turn, _ = await strand(svc, db, good_session)
+        bad_pending, bad_turn, _ = await strand(svc, db, bad_session, qs=2, metadata=broken, kind=kind)
+        good_pending, good_turn, _ = await strand(svc, db, good_session, kind=kind)
         # A claim stranded before any reservation: intent recovery (step 2) must still run.
-        agent = await detached_question(svc, intent_session)
+        agent = await detached_request(svc, intent_session, kind)
+        assert agent.bundle is not None
         async with db.write() as conn:
             await locks.lock_sessions(conn, [intent_session])
             await claims.claim(
                 conn,
                 session_id=intent_session,
                 pending_id=agent.pending_id,
-                message_ids=[agent.bundle.rows[0].id],  # type: ignore[union-attr]
-                answers={"q1": Answer("q1", ("q1_opt1",), None)},
+                message_ids=[agent.bundle.rows[0].id],
+                answers=kind.answers_by_row(agent.bundle),
                 rejected=False,
                 claim_id="lonely",
                 detach_rows=True,
@@ -211,22 +211,34 @@ async def test_malformed_recovery_metadata_fails_startup_keeps_the_rows_and_stil
 
 
 @pytest.mark.scenario("S37")
-async def test_claimed_rows_that_do_not_match_their_reservation_fail_startup(db: Database) -> None:
+async def test_claimed_rows_that_do_not_match_their_reservation_fail_startup(
+    db: Database, kind: Kind
+) -> None:
     async with resuming(db) as (svc, _):
         _, session_id = await new_session(svc)
         _, other_session = await new_session(svc)
-        foreign = await detached_question(svc, other_session)
-        _, reserved, _ = await strand(
+        foreign = await detached_request(svc, other_session, kind)
+        assert foreign.bundle is not None
+        pending_id, reserved, claimed = await strand(
             svc,
             db,
             session_id,
-            metadata={reservations.SOURCE_MESSAGE_IDS: [foreign.bundle.rows[0].id]},  # type: ignore[union-attr]
+            metadata={reservations.SOURCE_MESSAGE_IDS: [foreign.bundle.rows[0].id]},
+            kind=kind,
         )
         await foreign.close()
+
+    async def stored() -> tuple[Any, ...]:
+        return await turn_rows(db, session_id), await rows(db, pending_id), await rows(db, foreign.pending_id)
+
+    before = await stored()
     async with resuming(db) as (restarted, _):
         with pytest.raises(RecoveryFailed, match="do not match"):
             await restarted.recovery.run()
+        # Failed closed: the reservation is kept, its claimed rows stay claimed, nothing is reopened.
         assert reserved in {t["id"] for t in await turn_rows(db, session_id)}
+        assert {r["status"] for r in await rows(db, pending_id) if r["id"] in claimed} == {"answered"}
+        assert await stored() == before
 
 
 @pytest.mark.scenario("S36")

@@ -16,8 +16,8 @@ from backend.domain.records import SummaryRecord
 from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.summaries import SUMMARY_CHANNEL
-from tests.lifecycle.support import Agent, new_session, recording, rows, yes
-from tests.resume.support import GatedExecutor, detached_question, eventually, faulty, resuming
+from tests.lifecycle.support import Driver, Kind, new_session, recording, rows
+from tests.resume.support import GatedExecutor, detached_request, eventually, faulty, resuming
 from tests.services.support import stored_summary
 
 
@@ -39,12 +39,10 @@ def watch_refresh(svc: Services, order: list[Any]) -> None:
 
 
 async def claimed_then_rejected(
-    svc: Services, gate: GatedExecutor, agent: Agent, task_id: str, order: list[Any]
+    svc: Services, gate: GatedExecutor, kind: Kind, agent: Driver, task_id: str, order: list[Any]
 ) -> tuple[lc.RespondOutcome, int]:
     """Respond; while the dispatch is held read the task list; then the agent rejects the prompt."""
-    respond = asyncio.create_task(
-        svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-    )
+    respond = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
     await asyncio.wait_for(gate.started.wait(), 5)
     # A task-list read during the temporary claim: the claimed answer hides the pending action.
     during = (await svc.summaries.reconcile([task_id]))[task_id]
@@ -72,12 +70,12 @@ def restored_ids(stored: Iterable[dict[str, Any]]) -> list[str]:
 
 @pytest.mark.scenario("S39")
 async def test_restore_acknowledges_summary_convergence_before_reporting_retryability_and_publishes(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         task_id, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         order: list[Any] = []
         watch_refresh(svc, order)
         summaries: list[dict[str, Any]] = []
@@ -85,7 +83,7 @@ async def test_restore_acknowledges_summary_convergence_before_reporting_retryab
         listener = asyncio.create_task(summary_events(svc, summaries, ready))
         await ready.wait()
         async with recording(svc) as log:
-            result, seen_revision = await claimed_then_rejected(svc, gate, agent, task_id, order)
+            result, seen_revision = await claimed_then_rejected(svc, gate, kind, agent, task_id, order)
             stored = await rows(db, agent.pending_id)
             await eventually(lambda: log.kinds("message.updated")[-len(stored) :] == restored_ids(stored))
         assert isinstance(result, lc.DeliveryFailed)
@@ -93,12 +91,12 @@ async def test_restore_acknowledges_summary_convergence_before_reporting_retryab
         assert "answerable again" in result.message
         assert "not yet" not in result.message
         # The summary convergence was acknowledged (durably written) before the result was reported.
-        assert order == [("summary", {task_id: "clarification"}), "returned"]
+        assert order == [("summary", {task_id: str(kind)}), "returned"]
         durable = await stored_summary(db, task_id)
         assert durable is not None
-        assert durable["pending_action"] == "clarification"
+        assert durable["pending_action"] == str(kind)
         assert durable["revision"] > seen_revision
-        await eventually(lambda: any(e["pending_action"] == "clarification" for e in summaries))
+        await eventually(lambda: any(e["pending_action"] == str(kind) for e in summaries))
         # The restored pending rows were published, so other clients converge on them.
         assert {r["status"] for r in stored} == {"pending"}
         assert not any(INTENT_KEY in r for r in stored)
@@ -112,18 +110,18 @@ async def test_restore_acknowledges_summary_convergence_before_reporting_retryab
 @pytest.mark.scenario("S40")
 @pytest.mark.parametrize("failure", ["summary", "publication"])
 async def test_restore_reports_a_convergence_failure_and_still_says_the_answer_is_safe_to_retry(
-    db: Database, failure: str
+    db: Database, failure: str, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     settings: dict[str, Any] = {"fault_points": ("summary.cas_conflict",)} if failure == "summary" else {}
     async with resuming(db, executor=gate, **settings) as (svc, _):
         task_id, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
+        agent = await detached_request(svc, session_id, kind)
         order: list[Any] = []
         watch_refresh(svc, order)
         points = ("clarification.restore_publish",) if failure == "publication" else ()
         async with recording(svc) as log, faulty(*points):
-            result, _ = await claimed_then_rejected(svc, gate, agent, task_id, order)
+            result, _ = await claimed_then_rejected(svc, gate, kind, agent, task_id, order)
         assert isinstance(result, lc.DeliveryFailed)
         # The convergence error is reported, and the answer is still identified as safe to retry.
         assert result.retryable is True
@@ -136,7 +134,7 @@ async def test_restore_reports_a_convergence_failure_and_still_says_the_answer_i
             assert log.kinds("message.updated")[-len(stored) :] == restored_ids(stored)
         else:
             assert "other clients not yet told" in result.message
-            assert order == [("summary", {task_id: "clarification"}), "returned"]
+            assert order == [("summary", {task_id: str(kind)}), "returned"]
             restored = set(restored_ids(stored))
             assert not restored & set(log.kinds("message.updated"))
         # The restore itself is durable: pending rows, no intent, answerable; a retry goes through.
@@ -145,9 +143,7 @@ async def test_restore_reports_a_convergence_failure_and_still_says_the_answer_i
         bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
-        retry = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        retry = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await eventually(lambda: len(gate.received) == 2)
         gate.release("accepted")
         accepted = await retry

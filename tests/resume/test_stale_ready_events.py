@@ -1,9 +1,9 @@
 """A predecessor's ready event overlapping a detached-answer successor's dispatch (scenario S28).
 
-The predecessor turn holds two questions: a detached one whose answer resumes the agent, and a live
-one whose waiter stays attached, so a teardown (detach) pass of the predecessor would be visible.
-Events are read up to a marker published after the step under test, so "no event" is proven by the
-marker's arrival, not by a pause.
+The predecessor turn holds two pending actions of one kind: a detached one whose answer resumes the
+agent, and a live one whose waiter stays attached, so a teardown (detach) pass of the predecessor
+would be visible. Events are read up to a marker published after the step under test, so "no event"
+is proven by the marker's arrival, not by a pause.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from backend.bus import TASK_CHANNEL
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.operations import ReservationGate
-from tests.lifecycle.support import Agent, EventLog, new_session, questions, recording, rows, yes
-from tests.resume.support import GatedExecutor, detached_question, eventually, resuming, turn_rows
+from tests.lifecycle.support import EventLog, Kind, new_session, questions, recording, rows
+from tests.resume.support import GatedExecutor, detached_request, eventually, resuming, turn_rows
 
 
 class Watching:
@@ -53,25 +52,22 @@ async def settled(svc: Services, log: EventLog) -> list[dict[str, Any]]:
 @pytest.mark.scenario("S28")
 @pytest.mark.parametrize("outcome", ["accepted", "rejected"])
 async def test_a_predecessor_ready_event_completes_only_the_turn_its_generation_still_owns(
-    db: Database, outcome: str
+    db: Database, outcome: str, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
-        answered = await detached_question(svc, session_id)
-        assert answered.bundle is not None
-        predecessor = str(answered.bundle.turn_id)
+        answered = await detached_request(svc, session_id, kind)
+        predecessor = answered.turn_id
         assert svc.operations.reservations is not None
         watching = Watching(svc.operations.reservations)
         svc.operations.reservations = watching
-        live = await Agent.ask(svc, session_id, questions(2))
+        live = await kind.ask(svc, session_id, qs=questions(2), tool_input={"command": "make test"})
         live.wait()
         live_rows = await rows(db, live.pending_id)
         assert {r["agent_disconnected"] for r in live_rows} == {False}
         async with recording(svc) as log:
-            responding = asyncio.create_task(
-                svc.clarifications.respond(answered.pending_id, yes("q1"), rejected=False, authorize=trusted)
-            )
+            responding = asyncio.create_task(kind.answer(svc, answered.pending_id, answered.bundle))
             await asyncio.wait_for(gate.started.wait(), 5)
             (request,) = gate.received
             successor = request.turn_id

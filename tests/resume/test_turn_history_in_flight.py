@@ -9,24 +9,21 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import reservations
-from backend.services.bundles import trusted
-from tests.lifecycle.support import new_session, yes
-from tests.resume.support import GatedExecutor, detached_question, resuming, turn_rows
+from tests.lifecycle.support import Kind, new_session
+from tests.resume.support import GatedExecutor, detached_request, resuming, turn_rows
 
 
 @pytest.mark.scenario("S27")
 @pytest.mark.parametrize("outcome", ["accepted", "rejected"])
 async def test_an_attempted_successor_is_left_out_of_turn_history_until_published_and_gone_after_rollback(
-    db: Database, outcome: str
+    db: Database, outcome: str, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
-        responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        agent = await detached_request(svc, session_id, kind)
+        predecessor = agent.turn_id
+        responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await asyncio.wait_for(gate.started.wait(), 5)
         (request,) = gate.received
         successor = request.turn_id
@@ -51,16 +48,14 @@ async def test_an_attempted_successor_is_left_out_of_turn_history_until_publishe
 
 @pytest.mark.scenario("S27")
 async def test_message_evidence_shows_an_in_flight_successor_and_keeps_it_after_a_refusal(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         _, session_id = await new_session(svc)
-        agent = await detached_question(svc, session_id)
-        predecessor = agent.bundle.turn_id  # type: ignore[union-attr]
-        responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
-        )
+        agent = await detached_request(svc, session_id, kind)
+        predecessor = agent.turn_id
+        responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await asyncio.wait_for(gate.started.wait(), 5)
         successor = gate.received[0].turn_id
         assert [t.id for t in await svc.reads.turns(session_id)] == [predecessor]

@@ -1,6 +1,7 @@
 """The primary-answer watchdog's fallback raced by a successor turn (S25) and by cancellation (S26).
 
-Each test captures the watch the clarification service arms, so it waits for the watch to finish
+Each test runs for both kinds of pending action (a live ALLOW arms a watch like a live answer does)
+and captures the watch the answer arms, so it waits for the watch to finish
 (`Watch.done`) and reads its outcome, instead of pausing and then looking for nothing.
 """
 
@@ -15,10 +16,9 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.repository import locks, turns
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.watchdog import Watch
-from tests.lifecycle.support import Agent, new_session, yes
+from tests.lifecycle.support import CLARIFICATION, Driver, Kind, new_session
 from tests.resume.support import GatedExecutor, resuming, turn_rows
 
 QUICK: dict[str, Any] = {"watchdog_seconds": 0.1}
@@ -37,22 +37,23 @@ def capture_watches(svc: Services, monkeypatch: pytest.MonkeyPatch) -> list[Watc
     return watches
 
 
-async def answered_live(svc: Services, session_id: str) -> Agent:
-    agent = await Agent.ask(svc, session_id)
+async def answered_live(svc: Services, session_id: str, kind: Kind = CLARIFICATION) -> Driver:
+    """A pending action of `kind` answered while its agent waits (a permission request: ALLOW)."""
+    agent = await kind.ask(svc, session_id)
     agent.wait()
-    assert isinstance(
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
-        lc.Responded,
-    )
+    assert isinstance(await kind.answer(svc, agent.pending_id, agent.bundle), lc.Responded)
     assert isinstance(await agent.outcome(), lc.Answered)
     return agent
 
 
-async def watched_live_answer(svc: Services, monkeypatch: pytest.MonkeyPatch) -> tuple[Watch, str, Agent]:
-    """A new session whose question was answered live; the watch the answer armed, the session, the agent."""
+async def watched_live_answer(
+    svc: Services, monkeypatch: pytest.MonkeyPatch, kind: Kind = CLARIFICATION
+) -> tuple[Watch, str, Driver]:
+    """A new session whose pending action was answered live; the watch the answer armed, the
+    session, the agent."""
     watches = capture_watches(svc, monkeypatch)
     _, session_id = await new_session(svc)
-    agent = await answered_live(svc, session_id)
+    agent = await answered_live(svc, session_id, kind)
     (watch,) = watches
     return watch, session_id, agent
 
@@ -86,7 +87,7 @@ def after(
 @pytest.mark.scenario("S25")
 @pytest.mark.parametrize("window", ["after_preflight", "after_pause_cancel"])
 async def test_a_successor_appearing_after_the_watchdog_preflight_is_never_prompted_or_cancelled(
-    db: Database, monkeypatch: pytest.MonkeyPatch, window: str
+    db: Database, monkeypatch: pytest.MonkeyPatch, window: str, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"], **QUICK) as (svc, executor):
         watches = capture_watches(svc, monkeypatch)
@@ -105,8 +106,8 @@ async def test_a_successor_appearing_after_the_watchdog_preflight_is_never_promp
             monkeypatch.setattr(
                 svc.orchestrator, "cancel_paused", after(svc.orchestrator.cancel_paused, newer_turn)
             )
-        agent = await answered_live(svc, session_id)
-        clarification_turn = agent.bundle.turn_id  # type: ignore[union-attr]
+        agent = await answered_live(svc, session_id, kind)
+        answered_turn = agent.turn_id
         (watch,) = watches
         outcome = await finished(watch)
         assert len(successor) == 1, "the successor appeared inside the fallback"
@@ -118,7 +119,7 @@ async def test_a_successor_appearing_after_the_watchdog_preflight_is_never_promp
             assert outcome == "failed:the clarification's turn is no longer current"
         assert executor.received == []
         stored = {t["id"]: t for t in await turn_rows(db, session_id)}
-        assert set(stored) == {clarification_turn, successor[0]}, "no turn was reserved for the answer"
+        assert set(stored) == {answered_turn, successor[0]}, "no turn was reserved for the answer"
         assert stored[successor[0]]["completed"] is False
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == successor[0]
@@ -127,11 +128,11 @@ async def test_a_successor_appearing_after_the_watchdog_preflight_is_never_promp
 
 @pytest.mark.scenario("S26")
 async def test_shutdown_during_the_fallback_cancels_its_in_flight_prompt_and_nothing_is_sent_twice(
-    db: Database, monkeypatch: pytest.MonkeyPatch
+    db: Database, monkeypatch: pytest.MonkeyPatch, kind: Kind
 ) -> None:
     gate = GatedExecutor()
     async with resuming(db, executor=gate, **QUICK) as (svc, _):
-        watch, session_id, agent = await watched_live_answer(svc, monkeypatch)
+        watch, session_id, agent = await watched_live_answer(svc, monkeypatch, kind)
         await asyncio.wait_for(gate.started.wait(), 5)
         assert watch.phase == "fallback"
         await svc.watchdogs.stop()
@@ -145,7 +146,7 @@ async def test_shutdown_during_the_fallback_cancels_its_in_flight_prompt_and_not
 @pytest.mark.scenario("S26")
 @pytest.mark.parametrize("by", ["activity", "shutdown"])
 async def test_cancelling_the_fallback_interrupts_its_in_flight_repository_call(
-    db: Database, monkeypatch: pytest.MonkeyPatch, by: str
+    db: Database, monkeypatch: pytest.MonkeyPatch, by: str, kind: Kind
 ) -> None:
     async with resuming(db, ["accepted"], **QUICK) as (svc, executor):
         watches = capture_watches(svc, monkeypatch)
@@ -158,8 +159,8 @@ async def test_cancelling_the_fallback_interrupts_its_in_flight_repository_call(
             return await cancel_paused(snapshot)
 
         monkeypatch.setattr(svc.orchestrator, "cancel_paused", observed)
-        agent = await answered_live(svc, session_id)
-        clarification_turn = agent.bundle.turn_id  # type: ignore[union-attr]
+        agent = await answered_live(svc, session_id, kind)
+        answered_turn = agent.turn_id
         (watch,) = watches
         # The test holds the session lock, so the fallback's pause write waits inside the database.
         async with db.write() as conn:
@@ -173,5 +174,5 @@ async def test_cancelling_the_fallback_interrupts_its_in_flight_repository_call(
             assert await finished(watch) == f"cancelled:{'test' if by == 'activity' else 'shutdown'}"
         assert executor.received == []
         stored = {t["id"]: t["completed"] for t in await turn_rows(db, session_id)}
-        assert stored == {clarification_turn: False}, "the paused turn was neither cancelled nor succeeded"
+        assert stored == {answered_turn: False}, "the paused turn was neither cancelled nor succeeded"
         await agent.close()
