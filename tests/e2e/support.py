@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
 from tests.dialects import served
-from tests.e2e.webapp import Agent, Network
+from tests.e2e.webapp import Network
 from tests.servers import Server
 
 
@@ -40,7 +40,13 @@ def no_outside_requests(network: Network) -> None:
     assert network.outside == [], "the page tried to load something from outside the local server"
 
 
-async def wrap_up(network: Network, *agents: Agent) -> None:
+class Waiting(Protocol):
+    """An agent's call still held open: a question, or a permission request."""
+
+    async def disconnect(self) -> None: ...
+
+
+async def wrap_up(network: Network, *agents: Waiting) -> None:
     """Disconnect the agents still waiting; the page loaded nothing from outside the local server."""
     for agent in agents:
         await agent.disconnect()

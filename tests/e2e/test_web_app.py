@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -21,8 +22,10 @@ from tests.e2e.support import (
     serve,
     wrap_up,
 )
+from tests.e2e.test_web_permissions import BASH, PERMISSION, RESPOND_PERMISSION, ToolAgent, perm_card
 from tests.e2e.webapp import (
     DESKTOP,
+    Agent,
     Api,
     Held,
     Network,
@@ -39,6 +42,91 @@ pytestmark = pytest.mark.browser
 expect.set_options(timeout=10_000)
 
 FLAVOURS = [pytest.param(False, id="desktop"), pytest.param(True, id="phone")]
+
+
+@dataclass(frozen=True)
+class WebKind:
+    """One kind of pending action as the web app's scenarios drive it: an agent asks (a question whose
+    prompt is the text, or leave to run ``echo <text>``), the page shows its card, a person ends it on
+    the card (Skip, Deny) or answers it elsewhere (an answer, ALLOW)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_permission(self) -> bool:
+        return self.name == "permission"
+
+    async def ask(
+        self,
+        api: Api,
+        session_id: str,
+        text: str | None = None,
+        *,
+        context: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> Agent | ToolAgent:
+        if self.is_permission:
+            tool_input = None if text is None else dict(BASH, command="echo " + text)
+            return await ToolAgent.ask(
+                api, session_id, tool_input, context=context, wait_seconds=wait_seconds
+            )
+        questions = None if text is None else [question(text)]
+        return await api.ask(session_id, questions, context=context, wait_seconds=wait_seconds)
+
+    def asked(self, text: str | None = None) -> str:
+        """What the card shows of what ``ask`` asked."""
+        if text is not None:
+            return text
+        return str(BASH["command"]) if self.is_permission else question()["prompt"]
+
+    def card(self, page: Any) -> Any:
+        return perm_card(page) if self.is_permission else card(page)
+
+    def control(self, page: Any, name: str) -> Any:
+        return page.get_by_test_id(f"{self.name}-{name}")
+
+    def end_on_card(self, page: Any) -> Any:
+        """The card's button that ends the request without an answer."""
+        return self.control(page, "deny" if self.is_permission else "skip")
+
+    def ended(self, outcome: dict[str, Any]) -> bool:
+        """Whether the agent heard that the person ended its request without an answer."""
+        if self.is_permission:
+            return bool(
+                outcome["__typename"] == "PermissionDecided" and outcome["decision"]["behavior"] == "DENY"
+            )
+        return bool(outcome["__typename"] == "ClarificationRejected")
+
+    def detached(self, outcome: dict[str, Any]) -> bool:
+        return bool(
+            outcome["__typename"] == ("PermissionDetached" if self.is_permission else "ClarificationDetached")
+        )
+
+    def history(self, page: Any) -> Any:
+        """The transcript's rows of this kind."""
+        return page.locator(
+            "#transcript .msg." + ("permission_request" if self.is_permission else "question")
+        )
+
+    async def answer_elsewhere(self, api: Api, pending_id: str) -> None:
+        """Someone answers through the API (the second option; ALLOW as asked)."""
+        if self.is_permission:
+            data = await api.client.execute(RESPOND_PERMISSION, {"p": pending_id, "b": "ALLOW", "m": None})
+            assert data["respondToPermission"]["__typename"] == "PermissionResponded"
+            return
+        answers = [{"questionId": "policy", "selectedOptionIds": ["policy_opt2"]}]
+        assert await api.respond(pending_id, answers) == "ClarificationResponded"
+
+    async def state(self, api: Api, pending_id: str) -> str:
+        if self.is_permission:
+            return str((await api.client.execute(PERMISSION, {"p": pending_id}))["permission"]["state"])
+        return str((await api.bundle(pending_id))["state"])
+
+
+WEB_KINDS = [WebKind("clarification"), WebKind("permission")]
 
 
 # Web app scenarios that run on PostgreSQL as well as SQLite (S07, S11, S12, S13); the rest run once.
@@ -107,16 +195,17 @@ async def test_the_question_icon_shows_on_a_fresh_load(
     await wrap_up(network, agent)
 
 
+@pytest.mark.parametrize("kind", WEB_KINDS, ids=str)
 @pytest.mark.parametrize("phone", FLAVOURS)
 @pytest.mark.scenario("S09")
 async def test_secondary_session_owning_the_question_opens_on_activation(
-    page: Any, any_server: Server, any_api: Api, phone: bool
+    page: Any, any_server: Server, any_api: Api, phone: bool, kind: WebKind
 ) -> None:
     task_id, (primary, secondary) = await any_api.task("Two sessions", sessions=2)
     # The browser has the clean session list cached and the primary session remembered.
     network = await open_app(page, any_server, f"/t/{task_id}/s/{primary}", phone=phone)
     await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
-    agent = await any_api.ask(secondary, context="The webhook fails under load.")
+    agent = await kind.ask(any_api, secondary, context="The webhook fails under load.")
     # The page has seen the ask (on a phone too, whose task list is in the closed drawer) before the
     # activation: a summary that changed mid-load would rightly discard its owner choice (S11).
     await expect(page.get_by_test_id(f"session-tab-{secondary}").locator(".tab-dot")).to_be_visible()
@@ -125,34 +214,33 @@ async def test_secondary_session_owning_the_question_opens_on_activation(
     await activate(page, task_id, phone=phone)
     await expect(page.get_by_test_id(f"session-tab-{secondary}")).to_have_attribute("aria-selected", "true")
     assert path_of(page) == f"/t/{task_id}/s/{secondary}"
-    await expect(card(page)).to_be_visible()
-    await expect(card(page)).to_contain_text("Which retry policy should the webhook use?")
+    await expect(kind.card(page)).to_be_visible()
+    await expect(kind.card(page)).to_contain_text(kind.asked())
     if phone:
         await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
     await wrap_up(network, agent)
 
 
+@pytest.mark.parametrize("kind", WEB_KINDS, ids=str)
 @pytest.mark.parametrize("phone", FLAVOURS)
 @pytest.mark.scenario("S11", "S38")
 async def test_stale_owner_choice_is_discarded_when_the_summary_changes_mid_load(
-    page: Any, web_server: Server, api: Api, phone: bool
+    page: Any, web_server: Server, api: Api, phone: bool, kind: WebKind
 ) -> None:
     task_id, (_primary, secondary) = await api.task("Owner moves", sessions=2)
-    agent = await api.ask(secondary)
+    agent = await kind.ask(api, secondary)
     network = await open_app(page, web_server, phone=phone)
     held = Held("ActivationSessions")
     await page.route("**/graphql", held.handle)
     await activate(page, task_id, phone=phone)
     await asyncio.wait_for(held.seen.wait(), 10)
     # Meanwhile someone answers through the API: the summary changes before the load settles.
-    assert await api.respond(
-        agent.pending_id, [{"questionId": "policy", "selectedOptionIds": ["policy_opt2"]}]
-    ) == ("ClarificationResponded")
+    await kind.answer_elsewhere(api, agent.pending_id)
     await expect(question_icon(page, task_id)).to_have_count(0)
     held.release()
     await expect(page).to_have_url(f"{web_server.base_url}/t/{task_id}")
     await expect(page.locator('[role="tab"][aria-selected="true"]')).to_have_count(0)
-    await expect(card(page)).to_have_count(0)
+    await expect(kind.card(page)).to_have_count(0)
     if phone:
         await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
     assert held.delivered == [True], "the delayed response reached the page and was discarded"
@@ -366,43 +454,50 @@ async def test_losing_a_race_shows_the_winners_answer(page: Any, web_server: Ser
 # --- superseded history, live updates, reconnects ----------------------------------------------------
 
 
+@pytest.mark.parametrize("kind", WEB_KINDS, ids=str)
 @pytest.mark.scenario("S07")
 async def test_an_older_detached_question_stays_superseded_after_a_newer_bundle_is_skipped_and_reloaded(
-    page: Any, web_server: Server, api: Api
+    page: Any, web_server: Server, api: Api, kind: WebKind
 ) -> None:
     task_id, (session_id,) = await api.task("Superseded history")
-    old = await api.ask(session_id, [question("Old question?")], wait_seconds=0.3)
-    assert (await old.outcome())["__typename"] == "ClarificationDetached"
+    old = await kind.ask(api, session_id, "Old question?", wait_seconds=0.3)
+    assert kind.detached(await old.outcome())
     newer_turn = await api.start_turn(session_id)
-    newer = await api.ask(session_id, [question("Newer question?")])
+    newer = await kind.ask(api, session_id, "Newer question?")
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
-    await expect(card(page)).to_contain_text("Newer question?")
-    await page.get_by_test_id("clarification-skip").click()
-    assert (await newer.outcome())["__typename"] == "ClarificationRejected"
-    await expect(card(page)).to_have_count(0)
+    await expect(kind.card(page)).to_contain_text("Newer question?")
+    await kind.end_on_card(page).click()
+    assert kind.ended(await newer.outcome())
+    await expect(kind.card(page)).to_have_count(0)
     await reload_app(page)
-    await expect(page.locator(".transcript")).to_contain_text("Old question?")
-    await expect(card(page)).to_have_count(0)
+    # Both stay in the history, and neither comes back as a card (shown or hidden).
+    await expect(kind.history(page)).to_have_count(2)
+    await expect(kind.card(page)).to_have_count(0)
+    await expect(kind.control(page, "reopen")).to_have_count(0)
     await expect(question_icon(page, task_id)).to_have_count(0)
     # Later turn completion cannot re-arm the old bundle.
     await api.complete_turn(newer_turn)
     await reload_app(page)
-    await expect(page.locator(".transcript")).to_contain_text("Newer question?")
-    await expect(card(page)).to_have_count(0)
+    await expect(kind.history(page)).to_have_count(2)
+    await expect(kind.card(page)).to_have_count(0)
+    await expect(kind.control(page, "reopen")).to_have_count(0)
     await expect(question_icon(page, task_id)).to_have_count(0)
-    assert (await api.bundle(old.pending_id))["state"] == "SUPERSEDED_HISTORY"
+    assert await kind.state(api, old.pending_id) == "SUPERSEDED_HISTORY"
+    assert await kind.state(api, newer.pending_id) == "TERMINAL"
     no_outside_requests(network)
 
 
+@pytest.mark.parametrize("kind", WEB_KINDS, ids=str)
 @pytest.mark.scenario("S05")
 async def test_a_new_question_shows_live_in_the_open_session_and_on_the_task_row(
-    page: Any, web_server: Server, api: Api
+    page: Any, web_server: Server, api: Api, kind: WebKind
 ) -> None:
     task_id, (session_id,) = await api.task("Live question")
     network = await open_app(page, web_server, f"/t/{task_id}/s/{session_id}")
     await expect(page.locator(".transcript")).to_contain_text("Working on step 1.")
-    agent = await api.ask(session_id, [question("Asked while you watch?")])
-    await expect(card(page)).to_contain_text("Asked while you watch?")
+    agent = await kind.ask(api, session_id, "Asked while you watch?")
+    await expect(kind.card(page)).to_contain_text("Asked while you watch?")
+    await expect(kind.end_on_card(page)).to_be_enabled()
     await expect(question_icon(page, task_id)).to_be_visible()
     await wrap_up(network, agent)
 

@@ -17,7 +17,7 @@ from tests.api.client import Client
 from tests.e2e.support import Relay, no_outside_requests, question_icon, serve
 from tests.e2e.test_web_a11y import _serious_violations
 from tests.e2e.test_web_attention import _expect_waiting, _open_notifying, _wait_notes
-from tests.e2e.webapp import PHONE, Api, activate, open_app, path_of, question, runner
+from tests.e2e.webapp import PHONE, Api, open_app, path_of, question, runner
 from tests.servers import Server
 
 pytestmark = pytest.mark.browser
@@ -434,25 +434,6 @@ async def test_on_a_phone_the_card_hides_and_the_conversation_stays_visible(
     finally:
         await context.close()
     await agent.disconnect()
-
-
-@pytest.mark.parametrize("phone", FLAVOURS)
-async def test_activating_the_task_opens_the_session_that_asks_permission(
-    page: Any, web_server: Server, api: Api, phone: bool
-) -> None:
-    task_id, (primary, secondary) = await api.task("Owner asks permission", sessions=2)
-    network = await open_app(page, web_server, f"/t/{task_id}/s/{primary}", phone=phone)
-    await expect(page.get_by_test_id(f"session-tab-{primary}")).to_have_attribute("aria-selected", "true")
-    agent = await ToolAgent.ask(api, secondary)
-    await expect(page.get_by_test_id(f"session-tab-{secondary}").locator(".tab-dot")).to_be_visible()
-    await activate(page, task_id, phone=phone)
-    await expect(page.get_by_test_id(f"session-tab-{secondary}")).to_have_attribute("aria-selected", "true")
-    assert path_of(page) == f"/t/{task_id}/s/{secondary}"
-    await expect(perm_card(page)).to_be_visible()
-    if phone:
-        await expect(page.get_by_test_id("task-drawer")).to_be_hidden()
-    await agent.disconnect()
-    no_outside_requests(network)
 
 
 async def test_a_permission_request_notifies_once_and_its_click_opens_the_session(

@@ -10,7 +10,10 @@ try:
 except ImportError:  # MicroPython: annotations are never evaluated there
     pass
 
-from frontend_py.kit import AbortSignal, Navigator, Store
+from frontend_py.kit import CLARIFICATION, PERMISSION, AbortSignal, Navigator, Store
+
+# The kinds of pending action a session's projection names: a clarification, a permission request.
+KINDS = [CLARIFICATION, PERMISSION]
 
 
 def _here() -> str:
@@ -37,6 +40,27 @@ def scenario(*ids: str) -> Callable[[F], F]:
         return lambda test: test
     mark: Callable[[F], F] = pytest.mark.scenario(*ids)
     return mark
+
+
+def each_kind(test: F) -> F:
+    """The test once per kind of pending action, called with ``kind`` (one of ``KINDS``): a
+    ``pytest.mark.parametrize`` case each on CPython; under MicroPython, which has no pytest, one
+    test that runs for every kind in turn."""
+    try:
+        import pytest
+    except ImportError:
+
+        def every_kind() -> None:
+            for kind in KINDS:
+                test(kind)
+
+        return every_kind  # type: ignore[return-value]
+    mark: Callable[[F], F] = pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.lower())
+    return mark(test)
+
+
+def other_kind(kind: str) -> str:
+    return PERMISSION if kind == CLARIFICATION else CLARIFICATION
 
 
 def raises(error: type[BaseException], call: Callable[..., Any], *args: Any) -> bool:
@@ -167,6 +191,9 @@ def session(
     state: str = "RUNNING",
     active: str | None = None,
 ) -> dict[str, Any]:
+    """A ``TaskSession``; ``active`` names its active request, a bundle or a permission request as
+    ``pending`` says."""
+    request = {"pendingId": active} if active else None
     return {
         "id": session_id,
         "taskId": task_id,
@@ -176,7 +203,8 @@ def session(
         "createdAt": created,
         "pendingAction": pending,
         "pendingActionRevision": revision or rev("1", "1"),
-        "activeClarification": {"pendingId": active} if active else None,
+        "activeClarification": None if pending == PERMISSION else request,
+        "activePermission": request if pending == PERMISSION else None,
     }
 
 
@@ -242,6 +270,34 @@ def question(
             "response": None,
         },
     }
+
+
+def permission_request(message_id: str, turn_id: str, session_id: str = "S") -> dict[str, Any]:
+    """A permission request as ``sessionMessages`` lists it: its state is not part of a message, so
+    only a held projection tells whether it still waits."""
+    return {
+        "id": message_id,
+        "sessionId": session_id,
+        "turnId": turn_id,
+        "kind": "permission_request",
+        "author": "agent",
+        "content": "Permission to use Bash",
+        "createdAt": "2026-08-14T10:00:00Z",
+        "clarification": None,
+    }
+
+
+def pending_message(kind: str, message_id: str, turn_id: str, pending_id: str) -> dict[str, Any]:
+    """The message that asks ``kind``: a question of bundle ``pending_id``, or a permission request."""
+    if kind == PERMISSION:
+        return permission_request(message_id, turn_id)
+    return question(message_id, turn_id, pending_id)
+
+
+def active_ids(kind: str, pending_id: str) -> list[str]:
+    """The active bundle ids ``session_pending`` reports while ``kind`` waits: a permission request is
+    not a bundle of questions, so it names none."""
+    return [pending_id] if kind == CLARIFICATION else []
 
 
 def store_with(tasks: list[dict[str, Any]]) -> Store:

@@ -1,6 +1,7 @@
 """Task activation on desktop (sidebar) and phone (drawer): one controller, the phone closes its sheet.
 
-Every test runs both flavours; loads are settled by hand so each interleaving is exact.
+Every test runs both flavours, and the spec's scenarios each kind of pending action a task can wait
+on; loads are settled by hand so each interleaving is exact.
 """
 
 from kit_support import (
@@ -8,6 +9,9 @@ from kit_support import (
     Log,
     Run,
     SheetNavigator,
+    active_ids,
+    each_kind,
+    other_kind,
     rev,
     scenario,
     session,
@@ -46,26 +50,22 @@ def _then_close(entries: list[tuple[str, str]], name: str, closes: bool) -> list
     return entries
 
 
-def _pending_task(task_summary: Any = None) -> Store:
+def _pending_task(kind: str = CLARIFICATION, task_summary: Any = None) -> Store:
     # The cached list says the primary session holds nothing and the secondary one is clean too: a
     # cached answer would open the primary session.
     sessions = [
         session("primary", primary=True, revision=rev("1", "1")),
         session("secondary", created="2026-08-14T10:05:00Z", revision=rev("1", "1")),
     ]
-    return store_with(
-        [task("T", sessions, task_summary or summary("T", 7, CLARIFICATION), primary="primary")]
-    )
+    return store_with([task("T", sessions, task_summary or summary("T", 7, kind), primary="primary")])
 
 
-def _loaded_owner(owner: str = "secondary", action: str = CLARIFICATION) -> list[dict[str, Any]]:
+def _loaded_owner(action: str = CLARIFICATION) -> list[dict[str, Any]]:
+    # The secondary session holds the task's pending action, request p1 of that kind.
     return [
         session("primary", primary=True, revision=rev("1", "2")),
         session(
-            "secondary",
-            created="2026-08-14T10:05:00Z",
-            revision=rev("1", "2"),
-            pending=action if owner else None,
+            "secondary", created="2026-08-14T10:05:00Z", revision=rev("1", "2"), pending=action, active="p1"
         ),
     ]
 
@@ -104,26 +104,29 @@ def test_a_clean_task_without_sessions_opens_the_task_route() -> None:
 
 
 @scenario("S09")
-def test_a_secondary_session_owning_the_question_is_opened_bypassing_the_cached_list() -> None:
+@each_kind
+def test_a_secondary_session_owning_the_question_is_opened_bypassing_the_cached_list(kind: str) -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task()
+        store = _pending_task(kind)
         store.remember_session("T", "primary")
         loads, log = Loads(), Log()
         run = Run(_sheet(store, loads, log, name, closes).activate("T"))
         assert [c[0] for c in loads.calls] == ["T"], "a pending task forces an authoritative load"
         assert log.entries == [], "nothing happens before the load settles"
-        loads.resolve(0, _loaded_owner())
+        loads.resolve(0, _loaded_owner(kind))
         settle(run)
         assert run.result == OPENED_SESSION
         assert log.entries == _then_close([("navigate", "/t/T/s/secondary")], name, closes), name
+        assert store.remembered_session("T") == "secondary", name
         found = store.session("secondary")
         assert found is not None
-        assert found["pendingAction"] == CLARIFICATION
+        assert found["pendingAction"] == kind
+        assert store.session_pending("secondary") == (kind, active_ids(kind, "p1")), name
 
 
 def test_the_newest_input_capable_session_with_the_matching_action_is_the_owner() -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task(summary("T", 7, PERMISSION))
+        store = _pending_task(PERMISSION)
         loads, log = Loads(), Log()
         run = Run(_sheet(store, loads, log, name, closes).activate("T"))
         loads.resolve(
@@ -141,23 +144,29 @@ def test_the_newest_input_capable_session_with_the_matching_action_is_the_owner(
 
 
 @scenario("S11", "S38")
-def test_a_changed_summary_revision_during_the_load_discards_the_owner_and_opens_the_task_route() -> None:
+@each_kind
+def test_a_changed_summary_revision_during_the_load_discards_the_owner_and_opens_the_task_route(
+    kind: str,
+) -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task()
+        store = _pending_task(kind)
         loads, log = Loads(), Log()
         run = Run(_sheet(store, loads, log, name, closes).activate("T"))
-        store.apply_task_summary(summary("T", 8, CLARIFICATION))
-        loads.resolve(0, _loaded_owner())
+        store.apply_task_summary(summary("T", 8, kind))
+        loads.resolve(0, _loaded_owner(kind))
         settle(run)
         assert run.result == OPENED_TASK
         assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
 
 
 @scenario("S11", "S38")
-def test_a_changed_pending_action_during_the_load_discards_the_owner_and_opens_the_task_route() -> None:
+@each_kind
+def test_a_changed_pending_action_during_the_load_discards_the_owner_and_opens_the_task_route(
+    kind: str,
+) -> None:
     for name, closes in FLAVOURS:
-        for newer in [summary("T", 8, PERMISSION), None]:
-            store = _pending_task()
+        for newer in [summary("T", 8, other_kind(kind)), None]:
+            store = _pending_task(kind)
             loads, log = Loads(), Log()
             run = Run(_sheet(store, loads, log, name, closes).activate("T"))
             if newer is None:
@@ -165,20 +174,21 @@ def test_a_changed_pending_action_during_the_load_discards_the_owner_and_opens_t
                 store.apply_tasks([task("T", store.task_sessions("T"), None)], store.begin_read())
             else:
                 store.apply_task_summary(newer)
-            loads.resolve(0, _loaded_owner())
+            loads.resolve(0, _loaded_owner(kind))
             settle(run)
             assert run.result == OPENED_TASK, name
             assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
 
 
 @scenario("S41")
-def test_a_task_that_disappears_during_the_load_leaves_selection_inert() -> None:
+@each_kind
+def test_a_task_that_disappears_during_the_load_leaves_selection_inert(kind: str) -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task()
+        store = _pending_task(kind)
         loads, log = Loads(), Log()
         run = Run(_sheet(store, loads, log, name, closes).activate("T"))
         store.apply_tasks([])
-        loads.resolve(0, _loaded_owner())
+        loads.resolve(0, _loaded_owner(kind))
         settle(run)
         assert run.result == INERT
         assert log.entries == [], name
@@ -186,24 +196,23 @@ def test_a_task_that_disappears_during_the_load_leaves_selection_inert() -> None
 
 
 @scenario("S12")
-def test_older_forced_load_finishing_last_changes_nothing() -> None:
+@each_kind
+def test_older_forced_load_finishing_last_changes_nothing(kind: str) -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task()
+        store = _pending_task(kind)
         loads, log = Loads(honour_abort=False), Log()
         sheet = _sheet(store, loads, log, name, closes)
         older = Run(sheet.activate("T"))
         newer = Run(sheet.activate("T"))
-        loads.resolve(1, _loaded_owner("secondary"))
+        loads.resolve(1, _loaded_owner(kind))
         settle(newer)
         before = store.snapshot()
         entries = list(log.entries)
         loads.resolve(
             0,
             [
-                session("primary", primary=True, pending=CLARIFICATION, revision=rev("1", "1")),
-                session(
-                    "stale", created="2026-08-14T12:00:00Z", pending=CLARIFICATION, revision=rev("1", "3")
-                ),
+                session("primary", primary=True, pending=kind, revision=rev("1", "1")),
+                session("stale", created="2026-08-14T12:00:00Z", pending=kind, revision=rev("1", "3")),
             ],
         )
         settle(older, newer)
@@ -212,12 +221,14 @@ def test_older_forced_load_finishing_last_changes_nothing() -> None:
         assert log.entries == entries, name
         assert store.snapshot() == before, "the older snapshot cannot replace the newer one"
         assert store.session("stale") is None
+        assert store.remembered_session("T") == "secondary", "nor revive an obsolete pending owner"
 
 
 @scenario("S42")
-def test_a_forced_load_aborted_by_a_newer_load_is_inert_not_a_failure() -> None:
+@each_kind
+def test_a_forced_load_aborted_by_a_newer_load_is_inert_not_a_failure(kind: str) -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task()
+        store = _pending_task(kind)
         loads, log = Loads(), Log()
         sheet = _sheet(store, loads, log, name, closes)
         older = Run(sheet.activate("T"))
@@ -226,9 +237,11 @@ def test_a_forced_load_aborted_by_a_newer_load_is_inert_not_a_failure() -> None:
         settle(older, newer)
         assert older.result == INERT
         assert log.entries == [], "an abort is not a failure: no task-only fallback"
-        loads.resolve(1, _loaded_owner())
+        loads.resolve(1, _loaded_owner(kind))
         settle(older, newer)
+        assert newer.result == OPENED_SESSION
         assert log.entries == _then_close([("navigate", "/t/T/s/secondary")], name, closes), name
+        assert store.remembered_session("T") == "secondary", name
 
 
 def test_a_failed_session_load_falls_back_to_the_task_route() -> None:
@@ -243,17 +256,18 @@ def test_a_failed_session_load_falls_back_to_the_task_route() -> None:
 
 
 @scenario("S14")
-def test_without_a_matching_owner_the_layout_is_released_before_the_task_route_opens() -> None:
+@each_kind
+def test_without_a_matching_owner_the_layout_is_released_before_the_task_route_opens(kind: str) -> None:
     for name, closes in FLAVOURS:
-        store = _pending_task()
+        store = _pending_task(kind)
         loads, log = Loads(), Log()
         run = Run(_sheet(store, loads, log, name, closes).activate("T"))
         loads.resolve(
             0,
             [
                 session("primary", primary=True, revision=rev("1", "2")),
-                session("readonly", pending=CLARIFICATION, input_capable=False, revision=rev("1", "2")),
-                session("other", pending=PERMISSION, revision=rev("1", "2")),
+                session("readonly", pending=kind, input_capable=False, revision=rev("1", "2")),
+                session("other", pending=other_kind(kind), revision=rev("1", "2")),
             ],
         )
         settle(run)
@@ -262,8 +276,9 @@ def test_without_a_matching_owner_the_layout_is_released_before_the_task_route_o
 
 
 @scenario("S13")
-def test_an_unmounted_sheet_cannot_navigate_select_or_close_the_replacement_sheet() -> None:
-    store = _pending_task()
+@each_kind
+def test_an_unmounted_sheet_cannot_navigate_select_or_close_the_replacement_sheet(kind: str) -> None:
+    store = _pending_task(kind)
     loads, log = Loads(honour_abort=False), Log()
     phone = _sheet(store, loads, log, "phone", True)
     stale = Run(phone.activate("T"))
@@ -271,31 +286,32 @@ def test_an_unmounted_sheet_cannot_navigate_select_or_close_the_replacement_shee
     tablet = _sheet(store, loads, log, "tablet", True)
     assert loads.calls[0][2].aborted
     # The response arrives anyway (it was already on its way): the continuation must stay inert.
-    loads.resolve(0, _loaded_owner())
+    loads.resolve(0, _loaded_owner(kind))
     settle(stale)
     assert stale.result == INERT
     assert log.entries == []
     assert store.remembered_session("T") is None
     fresh = Run(tablet.activate("T"))
-    loads.resolve(1, _loaded_owner())
+    loads.resolve(1, _loaded_owner(kind))
     settle(stale, fresh)
     assert log.entries == [("navigate", "/t/T/s/secondary"), ("close", "tablet")]
     assert Run(phone.activate("T")).result == INERT
 
 
 @scenario("S43")
-def test_two_mounted_sheets_never_invalidate_each_others_selection() -> None:
-    store = _pending_task()
+@each_kind
+def test_two_mounted_sheets_never_invalidate_each_others_selection(kind: str) -> None:
+    store = _pending_task(kind)
     loads, log = Loads(), Log()
     first = _sheet(store, loads, log, "first", True)
     second = _sheet(store, loads, log, "second", True)
     one = Run(first.activate("T"))
     two = Run(second.activate("T"))
     assert not loads.calls[0][2].aborted, "another sheet's load does not abort this one"
-    loads.resolve(1, _loaded_owner())
+    loads.resolve(1, _loaded_owner(kind))
     settle(one, two)
     second.unmount()
-    loads.resolve(0, _loaded_owner())
+    loads.resolve(0, _loaded_owner(kind))
     settle(one, two)
     assert one.result == OPENED_SESSION
     assert two.result == OPENED_SESSION
@@ -367,17 +383,20 @@ def test_a_task_without_a_summary_uses_the_legacy_projection_to_find_the_pending
 
 
 @scenario("S11", "S38")
-def test_a_summary_arriving_during_a_legacy_load_discards_the_owner_and_opens_the_task_route() -> None:
+@each_kind
+def test_a_summary_arriving_during_a_legacy_load_discards_the_owner_and_opens_the_task_route(
+    kind: str,
+) -> None:
     for name, closes in FLAVOURS:
         sessions = [
             session("primary", primary=True),
-            session("secondary", created="2026-08-14T10:05:00Z", pending=CLARIFICATION),
+            session("secondary", created="2026-08-14T10:05:00Z", pending=kind),
         ]
         store = store_with([task("T", sessions, None, primary="primary", with_summary=False)])
         loads, log = Loads(), Log()
         run = Run(_sheet(store, loads, log, name, closes).activate("T"))
-        store.apply_task_summary(summary("T", 1, CLARIFICATION))
-        loads.resolve(0, _loaded_owner())
+        store.apply_task_summary(summary("T", 1, kind))
+        loads.resolve(0, _loaded_owner(kind))
         settle(run)
         assert run.result == OPENED_TASK, name
         assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name

@@ -1,6 +1,6 @@
 """Turn-scoped pending derivation: the shared fixture, the flag test, and how projections combine."""
 
-from kit_support import load_fixture, question, scenario, turn
+from kit_support import each_kind, load_fixture, pending_message, question, scenario, turn
 
 from frontend_py.kit import (
     CLARIFICATION,
@@ -94,18 +94,19 @@ def test_api_turns_and_messages_derive_like_durable_rows() -> None:
     assert found["id"] == "t1"
 
 
-def _hidden_successor_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _hidden_successor_case(kind: str = CLARIFICATION) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     # The client's view of "an attempted reservation is authority but stays hidden": the server
     # omits the attempted successor, so the predecessor with its pending row looks current.
     turns = [turn_row(turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z"))]
-    messages = [message_row(question("m1", "t1", "p1"))]
+    messages = [message_row(pending_message(kind, "m1", "t1", "p1"))]
     return turns, messages
 
 
 @scenario("S04")
-def test_explicit_clean_projection_keeps_a_question_on_the_visible_predecessor_inert() -> None:
-    turns, messages = _hidden_successor_case()
-    assert pending_action("RUNNING", turns, messages) == CLARIFICATION
+@each_kind
+def test_explicit_clean_projection_keeps_a_question_on_the_visible_predecessor_inert(kind: str) -> None:
+    turns, messages = _hidden_successor_case(kind)
+    assert pending_action("RUNNING", turns, messages) == kind, "the rows alone look pending"
     clean = {"pendingAction": None, "revision": {"epoch": "1", "sequence": "9"}}
     assert session_pending("RUNNING", clean, turns, messages) == (None, [])
     assert session_pending("RUNNING", clean, turns, messages, ["p1"]) == (None, [])

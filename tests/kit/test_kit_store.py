@@ -1,6 +1,18 @@
 """The client store: query results, events, revision ordering, and the Zulip apply-events invariant."""
 
-from kit_support import question, rev, scenario, session, store_with, summary, task, turn
+from kit_support import (
+    active_ids,
+    each_kind,
+    pending_message,
+    question,
+    rev,
+    scenario,
+    session,
+    store_with,
+    summary,
+    task,
+    turn,
+)
 
 from frontend_py.kit import CLARIFICATION, PERMISSION, Store
 
@@ -82,7 +94,8 @@ def test_a_projection_with_null_pending_action_is_an_explicit_clean() -> None:
 
 
 @scenario("S05")
-def test_a_new_question_advances_a_cached_clean_projection_in_the_same_event() -> None:
+@each_kind
+def test_a_new_question_advances_a_cached_clean_projection_in_the_same_event(kind: str) -> None:
     store = store_with([task("T", [session("S", revision=rev("1", "2"))])])
     store.apply_session_turns("S", [turn("t1", "2026-08-14T10:00:00Z")])
     store.apply_session_messages("S", [])
@@ -92,19 +105,26 @@ def test_a_new_question_advances_a_cached_clean_projection_in_the_same_event() -
         {
             "kind": "ADDED",
             "messageId": "m1",
-            "message": question("m1", "t1", "p1"),
-            "projection": {"sessionId": "S", "pendingAction": CLARIFICATION, "revision": rev("1", "3")},
+            "message": pending_message(kind, "m1", "t1", "p1"),
+            "projection": {"sessionId": "S", "pendingAction": kind, "revision": rev("1", "3")},
         },
     )
-    assert store.session_pending("S") == (CLARIFICATION, ["p1"])
+    found = store.session("S")
+    assert found is not None
+    assert (found["pendingAction"], found["pendingActionRevision"]) == (kind, rev("1", "3"))
+    assert store.session_pending("S") == (kind, active_ids(kind, "p1"))
+    assert [m["id"] for m in store.messages("S")] == ["m1"]
 
 
 @scenario("S04")
-def test_attempted_hidden_successor_keeps_the_visible_predecessor_question_inert() -> None:
-    store = store_with([task("T", [session("S", revision=rev("2", "7"))])])
+@each_kind
+def test_attempted_hidden_successor_keeps_the_visible_predecessor_question_inert(kind: str) -> None:
+    store = store_with([task("T", [session("S", revision=rev("2", "7"))], with_summary=False)])
     store.apply_session_turns("S", [turn("t1", "2026-08-14T10:00:00Z", "2026-08-14T10:01:00Z")])
-    store.apply_session_messages("S", [question("m1", "t1", "p1")])
+    store.apply_session_messages("S", [pending_message(kind, "m1", "t1", "p1")])
+    # Inert in chat (no active request) and in the pending-input indicators (the task's action).
     assert store.session_pending("S") == (None, [])
+    assert store.task_pending_action("T") is None
 
 
 def test_pending_projections_from_pending_action_changed_go_through_the_revision_merge() -> None:

@@ -10,6 +10,7 @@ from backend.db.tables import task_status_summaries
 from backend.domain.errors import SummaryConvergenceError
 from backend.domain.states import SessionState
 from backend.services.container import Services
+from tests.lifecycle.support import Kind
 from tests.services.support import ask, services_for, stored_summary
 
 
@@ -23,7 +24,7 @@ async def running_session(services: Services, title: str = "t") -> tuple[str, st
 
 @pytest.mark.scenario("S08")
 async def test_stale_summary_is_repaired_with_a_newer_revision_and_unrelated_fields_kept(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with services_for(db) as services:
         task_id, _ = await running_session(services)
@@ -32,7 +33,7 @@ async def test_stale_summary_is_repaired_with_a_newer_revision_and_unrelated_fie
                 task_status_summaries.insert().values(
                     task_id=task_id,
                     revision=7,
-                    pending_action="clarification",
+                    pending_action=kind.value.value,
                     fields={"workflow": "review", "unread": 3},
                     updated_at=utcnow(),
                 )
