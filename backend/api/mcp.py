@@ -34,8 +34,9 @@ from starlette.types import Receive, Scope, Send
 from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.browsers import BrowserRule, headers_of
-from backend.api.hygiene import PROBLEM, storable
+from backend.api.hygiene import PROBLEM
 from backend.api.mcp_approvals import Approvals, approve_tool
+from backend.api.mcp_arguments import in_tool_words, known_fields, storable_paths, text_arg, timeout_arg
 from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
@@ -178,54 +179,6 @@ def _detached_text(pending_id: str) -> str:
 # --- input --------------------------------------------------------------------------------------
 
 
-def _storable_paths(value: Any, path: str) -> list[str]:
-    if isinstance(value, str):
-        return [] if storable(value) else [path]
-    if isinstance(value, dict):
-        out: list[str] = []
-        for key, item in value.items():
-            out += (
-                [path]
-                if isinstance(key, str) and not storable(key)
-                else _storable_paths(item, f"{path}.{key}" if path else str(key))
-            )
-        return out
-    if isinstance(value, list):
-        return [p for i, item in enumerate(value) for p in _storable_paths(item, f"{path}[{i}]")]
-    return []
-
-
-def _text(args: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:
-    value = args.get(key)
-    if value is None:
-        if required:
-            raise InvalidInput(where, "is required")
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(where, "must be a string")
-    return value
-
-
-def _only(value: dict[str, Any], fields: Sequence[str], where: str, what: str) -> None:
-    """Refuse a field the tool does not take (a misspelt one would be ignored silently otherwise)."""
-    for key in value:
-        if key not in fields:
-            path = f"{where}.{key}" if where else str(key)
-            raise InvalidInput(path, f"is not a field of {what}, which takes {', '.join(fields)}")
-
-
-def _timeout(args: dict[str, Any]) -> float | None:
-    """The wait the agent asked for; None when it left the argument out (the service's longest)."""
-    if "timeout_seconds" not in args:
-        return None
-    value = args["timeout_seconds"]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidInput(
-            "timeout_seconds", "must be a number greater than 0 (leave it out to wait the longest)"
-        )
-    return float(value)
-
-
 def questions_for_service(raw: Any) -> list[dict[str, Any]]:
     """The tool's questions as the clarification service takes them; InvalidInput names the field."""
     if not isinstance(raw, list) or not raw:
@@ -237,9 +190,9 @@ def questions_for_service(raw: Any) -> list[dict[str, Any]]:
         where = f"questions[{qi}]"
         if not isinstance(q, dict):
             raise InvalidInput(where, "must be an object")
-        _only(q, QUESTION_FIELDS, where, "a question")
-        question = _text(q, "question", f"{where}.question", required=True)
-        header = _text(q, "header", f"{where}.header", required=False)
+        known_fields(q, QUESTION_FIELDS, where, "a question")
+        question = text_arg(q, "question", f"{where}.question", required=True)
+        header = text_arg(q, "header", f"{where}.header", required=False)
         if header is not None and len(header) > MAX_HEADER:
             raise InvalidInput(f"{where}.header", f"must be at most {MAX_HEADER} characters")
         multi = q.get("multiSelect", False)
@@ -254,8 +207,8 @@ def questions_for_service(raw: Any) -> list[dict[str, Any]]:
             owhere = f"{where}.options[{oi}]"
             if not isinstance(o, dict):
                 raise InvalidInput(owhere, "must be an object")
-            _only(o, OPTION_FIELDS, owhere, "an option")
-            label = present(_text(o, "label", f"{owhere}.label", required=True), "required label")
+            known_fields(o, OPTION_FIELDS, owhere, "an option")
+            label = present(text_arg(o, "label", f"{owhere}.label", required=True), "required label")
             # The answer names the options picked by label, so two alike would make it ambiguous.
             seen = labels.setdefault(label.strip().casefold(), oi)
             if seen != oi:
@@ -263,22 +216,11 @@ def questions_for_service(raw: Any) -> list[dict[str, Any]]:
             opts.append(
                 {
                     "label": label,
-                    "description": _text(o, "description", f"{owhere}.description", required=False),
+                    "description": text_arg(o, "description", f"{owhere}.description", required=False),
                 }
             )
         out.append({"title": header, "prompt": question, "multi_select": multi, "options": opts})
     return out
-
-
-def _tool_field(field: str) -> str:
-    """The service's field names in the tool's words."""
-    return (
-        field.replace(".title", ".header")
-        .replace(".prompt", ".question")
-        .replace("timeoutSeconds", "timeout_seconds")
-        .replace("toolName", "tool_name")
-        .replace("toolUseId", "tool_use_id")
-    )
 
 
 # --- results ------------------------------------------------------------------------------------
@@ -355,9 +297,7 @@ class McpEndpoint:
         settings = services.deps.settings
         self.browsers = BrowserRule(settings)
         self.tools = tools(settings.max_wait_seconds)
-        self.approvals = Approvals(
-            services, only=_only, text=_text, timeout=_timeout, session_for=self._session_for
-        )
+        self.approvals = Approvals(services, session_for=self._session_for)
         self.server: Server[Any, Any] = Server("turnwise", version=turnwise_version())
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
         self.server.call_tool(validate_input=False)(self._call_tool)
@@ -448,7 +388,7 @@ class McpEndpoint:
     async def _call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
             principal = self._principal()
-            bad = _storable_paths(arguments, "")
+            bad = storable_paths(arguments, "")
             if bad:
                 raise InvalidInput(bad[0], PROBLEM)
             if name == "ask_user_question":
@@ -456,8 +396,6 @@ class McpEndpoint:
             if name == "approve_tool_use":
                 return await self.approvals.approve_tool_use(principal, arguments)
             return await self.wait_for_answer(principal, arguments)
-        except InvalidInput as exc:
-            return error(f"{_tool_field(exc.field)}: {str(exc).split(': ', 1)[-1]}")
         except TurnwiseError as exc:
             return error(str(exc))
         except Exception as exc:
@@ -487,18 +425,19 @@ class McpEndpoint:
         return session.id
 
     async def ask_user_question(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
-        _only(args, ASK_ARGUMENTS, "", "ask_user_question")
+        known_fields(args, ASK_ARGUMENTS, "", "ask_user_question")
         questions = questions_for_service(args.get("questions"))
-        context = _text(args, "context", "context", required=False)
-        timeout = _timeout(args)
+        context = text_arg(args, "context", "context", required=False)
+        timeout = timeout_arg(args)
         session_id = await self._session_for(principal, args.get("session_id"))
         return await self._wait(session_id, questions, context, timeout)
 
     async def _wait(
         self, session_id: str, questions: list[dict[str, Any]], context: str | None, seconds: float | None
     ) -> types.CallToolResult:
-        stream = self.services.clarifications.ask(session_id, questions, context, seconds)
-        outcome, bundle = await final_outcome(stream)
+        with in_tool_words():
+            stream = self.services.clarifications.ask(session_id, questions, context, seconds)
+            outcome, bundle = await final_outcome(stream)
         if outcome is None:
             raise RuntimeError("the clarification stream ended without an outcome")
         if bundle is None:
@@ -520,11 +459,11 @@ class McpEndpoint:
     # --- wait_for_answer --------------------------------------------------------------------------
 
     async def wait_for_answer(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
-        _only(args, WAIT_ARGUMENTS, "", "wait_for_answer")
-        pending_id = _text(args, "pending_id", "pending_id", required=True)
+        known_fields(args, WAIT_ARGUMENTS, "", "wait_for_answer")
+        pending_id = text_arg(args, "pending_id", "pending_id", required=True)
         if pending_id is None:
             raise InvalidInput("pending_id", "pending_id is required")
-        timeout = _timeout(args)
+        timeout = timeout_arg(args)
         lifecycle = self.services.clarifications
         wait = lifecycle.wait_seconds(timeout)
         # Authorized just below, where a foreign bundle reads as not found.

@@ -16,6 +16,7 @@ from typing import Any
 
 from mcp import types
 
+from backend.api.mcp_arguments import in_tool_words, known_fields, text_arg, timeout_arg
 from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant, InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
@@ -41,7 +42,10 @@ def approve_tool(timeout_schema: dict[str, Any]) -> types.Tool:
             "type": "object",
             "properties": {
                 "tool_name": {"type": "string", "description": "The tool you want to run."},
-                "input": {"description": "The tool's input, as you would run it."},
+                "input": {
+                    "type": "object",
+                    "description": "The tool's input (its arguments by name), as you would run it.",
+                },
                 "tool_use_id": {"type": "string", "description": "Your id of this tool call."},
                 "session_id": {"type": "string", "description": "Needed only with a user or admin token."},
                 "context": {"type": "string", "description": "Why you need it; shown with the request."},
@@ -107,34 +111,24 @@ def _decision(answers: tuple[Any, ...], pending_id: str) -> Decision:
 class Approvals:
     """The tool's calls; `session_for` resolves and authorizes the session as for the other tools."""
 
-    def __init__(
-        self,
-        services: Services,
-        *,
-        only: Callable[[dict[str, Any], tuple[str, ...], str, str], None],
-        text: Callable[..., str | None],
-        timeout: Callable[[dict[str, Any]], float | None],
-        session_for: Callable[[Any, Any], Awaitable[str]],
-    ) -> None:
+    def __init__(self, services: Services, *, session_for: Callable[[Any, Any], Awaitable[str]]) -> None:
         self.services = services
-        self._only = only
-        self._text = text
-        self._timeout = timeout
         self._session_for = session_for
 
     async def approve_tool_use(self, principal: Any, args: dict[str, Any]) -> types.CallToolResult:
-        self._only(args, APPROVE_ARGUMENTS, "", "approve_tool_use")
-        tool_name = self._text(args, "tool_name", "tool_name", required=True)
+        known_fields(args, APPROVE_ARGUMENTS, "", "approve_tool_use")
+        tool_name = text_arg(args, "tool_name", "tool_name", required=True)
         if "input" not in args:
             raise InvalidInput("input", "is required")
-        tool_use_id = self._text(args, "tool_use_id", "tool_use_id", required=False)
-        context = self._text(args, "context", "context", required=False)
-        seconds = self._timeout(args)
+        tool_use_id = text_arg(args, "tool_use_id", "tool_use_id", required=False)
+        context = text_arg(args, "context", "context", required=False)
+        seconds = timeout_arg(args)
         session_id = await self._session_for(principal, args.get("session_id"))
-        stream = self.services.permissions.ask(
-            session_id, tool_name, args["input"], tool_use_id, context, seconds
-        )
-        outcome, bundle = await final_outcome(stream)
+        with in_tool_words():
+            stream = self.services.permissions.ask(
+                session_id, tool_name, args["input"], tool_use_id, context, seconds
+            )
+            outcome, bundle = await final_outcome(stream)
         if outcome is None:
             raise RuntimeError("the permission stream ended without an outcome")
         if isinstance(outcome, lc.Decided):  # a remembered rule allowed it as it was asked

@@ -229,7 +229,9 @@ class PermissionSubscriptions:
         info: Info[Context, None],
         session_id: strawberry.ID,
         tool_name: str,
-        input: JSON,
+        input: Annotated[
+            JSON, strawberry.argument(description="The tool's input: a JSON object, its arguments by name.")
+        ],
         tool_use_id: str | None = None,
         context: str | None = None,
         timeout_seconds: TimeoutSeconds = None,

@@ -16,7 +16,14 @@ from backend.domain import clarification as cq
 from backend.domain.errors import present
 from backend.domain.lifecycle import Bundle, BundleRow, ConflictReason
 from backend.domain.lifecycle import BundleState as ClarificationBundleState
-from backend.domain.permissions import Decision, RuleRef, decision_from_response, request_of
+from backend.domain.permissions import (
+    NOT_AN_OBJECT_KEY,
+    Decision,
+    RuleRef,
+    decision_from_response,
+    request_of,
+    shown_input,
+)
 from backend.domain.records import (
     MessageRecord,
     Revision,
@@ -253,7 +260,11 @@ class PermissionRequest:
     turn_id: strawberry.ID | None
     state: ClarificationBundleState
     tool_name: str
-    input: JSON
+    input: JSON = strawberry.field(
+        description="The tool's input, a JSON object. A request stored before inputs had to be objects, "
+        f'whose input is not one, shows it as {{"{NOT_AN_OBJECT_KEY}": <that input>}}; an ALLOW of it '
+        "takes an updatedInput."
+    )
     tool_use_id: str | None
     context: str | None
     agent_disconnected: bool
@@ -272,7 +283,7 @@ class PermissionRequest:
             turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
             state=ClarificationBundleState(b.state.value),
             tool_name=str(request.get("tool_name") or ""),
-            input=cast(JSON, request.get("input")),
+            input=cast(JSON, shown_input(request.get("input"))),
             tool_use_id=tool_use_id if isinstance(tool_use_id, str) else None,
             context=b.context,
             agent_disconnected=row.metadata.get("agent_disconnected") is True,

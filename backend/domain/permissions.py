@@ -59,6 +59,21 @@ def _json_value(field_name: str, value: Any) -> Any:
     return json.loads(text)
 
 
+def _an_object(field_name: str, value: Any) -> dict[str, Any]:
+    """`value` when it is a JSON object: a tool takes its arguments by name (Claude Code reads an
+    `updatedInput` as one, and would fail on a string or a list), or InvalidInput naming the field."""
+    if isinstance(value, dict):
+        return value
+    raise InvalidInput(
+        field_name, f"must be a JSON object (a tool's arguments by name), not {_described(value)}"
+    )
+
+
+def _described(value: Any) -> str:
+    kind = "number" if isinstance(value, float) else json_type(value)  # NaN too: a number, not JSON
+    return kind if kind == "null" else f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
 def json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -116,7 +131,7 @@ def validate_permission(
         plain_name("toolUseId", tool_use_id)
     if context is not None and len(context) > MAX_CONTEXT:
         raise InvalidInput("context", f"must be at most {MAX_CONTEXT} characters")
-    return PermissionSpec(tool_name, _json_value("input", tool_input), tool_use_id)
+    return PermissionSpec(tool_name, _json_value("input", _an_object("input", tool_input)), tool_use_id)
 
 
 def permission_signature(spec: PermissionSpec, context: str | None) -> str:
@@ -139,7 +154,12 @@ def _stored_value(raw: Mapping[str, Any], key: str) -> Any:
     10000000000000000 and -0.0 as 0, and the agent would be handed those). Rows written before keep
     the value itself."""
     text = raw.get(f"{key}_json")
-    return json.loads(text) if isinstance(text, str) else raw.get(key)
+    if not isinstance(text, str):
+        return raw.get(key)
+    try:
+        return json.loads(text)
+    except ValueError:  # not JSON after all: a read shows the text rather than failing
+        return text
 
 
 def request_of(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -153,6 +173,17 @@ def request_of(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
     request = {key: value for key, value in raw.items() if key != "input_json"}
     request["input"] = _stored_value(raw, "input")
     return request
+
+
+# A request stored before a tool's input had to be an object reads with its input wrapped under this
+# key: the API always shows an object (the field is non-null, and JSON null cannot be sent there), and
+# a person editing it starts from an object, which is what an ALLOW of it needs (`validate_decision`).
+NOT_AN_OBJECT_KEY = "value"
+
+
+def shown_input(value: Any) -> dict[str, Any]:
+    """A stored request's input as the API shows it: itself when an object, else wrapped."""
+    return value if isinstance(value, dict) else {NOT_AN_OBJECT_KEY: value}
 
 
 # --- deciding -----------------------------------------------------------------------------------
@@ -271,12 +302,7 @@ def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
         raise InvalidInput("rememberAnyInput", "needs remember: true")
     original = request.get("input")
     if sent.has_updated_input:
-        edited = _json_value("updatedInput", sent.updated_input)
-        if json_type(edited) != json_type(original):
-            expected, got = json_type(original), json_type(edited)
-            raise InvalidInput(
-                "updatedInput", f"must be a JSON {expected} like the tool's input, not a {got}"
-            )
+        edited = _json_value("updatedInput", _an_object("updatedInput", sent.updated_input))
         exact_rule = sent.remember and not sent.remember_any_input
         if exact_rule and input_key(edited) != input_key(original):
             # A rule for one exact input would allow what the agent asked for, not what the person
@@ -287,8 +313,15 @@ def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
                 "exact input would allow what the agent asked for, not the edit; allow the edit without "
                 "remember, or remember any input of the tool (rememberAnyInput)",
             )
-    else:
+    elif isinstance(original, dict):
         edited = original
+    else:
+        # Stored by an older server: allowed as it is, the agent would be handed a non-object to run.
+        raise InvalidInput(
+            "updatedInput",
+            f"is needed to allow this request: its input is {_described(original)}, not a JSON "
+            "object, so the tool cannot run with it as asked; send the object to run it with, or deny",
+        )
     return Decision(
         ALLOW, updated_input=edited, remember=sent.remember, remember_any_input=sent.remember_any_input
     )

@@ -9,7 +9,10 @@ import uuid
 from typing import Any
 
 import pytest
+from sqlalchemy import select, update
 
+from backend.db.engine import Database
+from backend.db.tables import task_session_messages
 from tests.api.client import Client, GraphQLError
 from tests.api.gql import running_session, token_for
 from tests.api.kinds import API_PERMISSION, BASH
@@ -72,6 +75,12 @@ BAD_ASKS = [
     ({"u": "toolu_1\u2028toolu_2"}, "toolUseId"),
     ({"c": "c" * 4001}, "context"),
     ({"i": {"command": "x" * 64_001}}, "input"),
+    # A tool takes its arguments by name: any other JSON is refused (null never passes `JSON!`).
+    ({"i": "rm -rf /"}, "input"),
+    ({"i": ["rm", "-rf", "/"]}, "input"),
+    ({"i": 12.5}, "input"),
+    ({"i": 2**70 + 1}, "input"),
+    ({"i": True}, "input"),
     ({"t": 0}, "timeoutSeconds"),
 ]
 
@@ -168,3 +177,61 @@ async def test_support_staff_see_which_rule_allowed_a_request_even_after_it_is_r
     # A person's decision names no rule (even one that created a rule).
     person = by_person["decision"]
     assert (person["auto"], person["ruleId"], person["rule"]) == (False, None, None)
+
+
+# A request's input as servers before inputs had to be objects may have stored it: the value itself
+# (older rows), or its JSON text.
+STORED_INPUTS = {
+    "null": ({"input": None}, None),
+    "string": ({"input": "rm -rf /"}, "rm -rf /"),
+    "array": ({"input": ["rm", "-rf", "/"]}, ["rm", "-rf", "/"]),
+    "null as JSON text": ({"input_json": "null"}, None),
+    "number as JSON text": ({"input_json": "7"}, 7),
+    "text that is not JSON": ({"input_json": "{rm -rf"}, "{rm -rf"),
+}
+READ_STORED = """query($p: ID!, $t: ID!) {
+  permission(pendingId: $p) { input }
+  taskSessions(taskId: $t) { activePermission { pendingId input } } }"""
+
+
+async def store_tool_input(url: str, pending_id: str, stored: dict[str, Any]) -> None:
+    """Rewrite a request's stored input as an older server would have written it."""
+    messages = task_session_messages
+    db = Database(url)
+    try:
+        async with db.write() as conn:
+            row = (
+                await conn.execute(
+                    select(messages.c.id, messages.c.metadata).where(messages.c.pending_id == pending_id)
+                )
+            ).one()
+            metadata = dict(row.metadata)
+            request = {k: v for k, v in metadata["permission"].items() if k not in ("input", "input_json")}
+            metadata["permission"] = {**request, **stored}
+            await conn.execute(update(messages).where(messages.c.id == row.id).values(metadata=metadata))
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize(("stored", "value"), list(STORED_INPUTS.values()), ids=list(STORED_INPUTS))
+async def test_a_stored_request_whose_input_is_no_object_reads_back_and_is_allowed_only_with_one(
+    server: Server, admin: Client, stored: dict[str, Any], value: Any
+) -> None:
+    task_id, session_id = await running_session(admin, title="stored input")
+    pending_id = await API_PERMISSION.detached(admin, session_id)
+    await store_tool_input(server.database_url, pending_id, stored)
+    shown = {"value": value}
+    read = await admin.execute(READ_STORED, {"p": pending_id, "t": task_id})
+    assert read == {
+        "permission": {"input": shown},
+        "taskSessions": [{"activePermission": {"pendingId": pending_id, "input": shown}}],
+    }
+    # Allowed as it is, the agent would be handed something other than an object to run.
+    before = await snapshot(admin, task_id, session_id)
+    with pytest.raises(GraphQLError) as err:
+        await respond(admin, pending_id)
+    assert err.value.codes == ["BAD_USER_INPUT"]
+    assert err.value.errors[0]["message"].startswith("updatedInput: is needed to allow this request")
+    assert await snapshot(admin, task_id, session_id) == before
+    allowed = await respond(admin, pending_id, updated_input=EDITED)
+    assert allowed["request"]["decision"] == {"behavior": "ALLOW", "updatedInput": EDITED, "remember": False}

@@ -12,7 +12,14 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput, NotFound
 from backend.domain.lifecycle import BundleState, ConflictReason
-from backend.domain.permissions import Decision, RuleRef, request_of, validate_permission
+from backend.domain.permissions import (
+    Decision,
+    RuleRef,
+    Sent,
+    request_of,
+    validate_decision,
+    validate_permission,
+)
 from backend.domain.states import PendingActionKind
 from backend.services.bundles import trusted
 from backend.services.resume import ResumeOutcome
@@ -222,3 +229,46 @@ def test_a_tool_input_is_refused_for_a_nul_character_and_only_for_one(tool_input
             validate_permission("Bash", tool_input, None, None)
     else:
         assert validate_permission("Bash", tool_input, None, None).input == tool_input
+
+
+NOT_OBJECTS = {
+    "null": (None, "null"),
+    "string": ("rm -rf /", "a string"),
+    "number": (7, "a number"),
+    "array": (["rm", "-rf", "/"], "an array"),
+    "boolean": (True, "a boolean"),
+}
+
+
+@pytest.mark.parametrize(("value", "described"), list(NOT_OBJECTS.values()), ids=list(NOT_OBJECTS))
+def test_a_tool_input_or_an_edited_one_is_refused_by_field_unless_a_json_object(
+    value: Any, described: str
+) -> None:
+    reason = f"must be a JSON object (a tool's arguments by name), not {described}"
+    with pytest.raises(InvalidInput) as asked:
+        validate_permission("Bash", value, None, None)
+    assert str(asked.value) == f"input: {reason}"
+    edited = Sent("allow", updated_input=value, has_updated_input=True)
+    with pytest.raises(InvalidInput) as allowed:
+        validate_decision({"tool_name": "Bash", "input": BASH}, edited)
+    assert str(allowed.value) == f"updatedInput: {reason}"
+
+
+@pytest.mark.parametrize(("stored", "described"), list(NOT_OBJECTS.values()), ids=list(NOT_OBJECTS))
+def test_a_stored_input_that_is_no_object_is_allowed_only_with_an_object_to_run(
+    stored: Any, described: str
+) -> None:
+    # Stored by a server from before inputs had to be objects: allowed as it is, the agent would be
+    # handed something it cannot run.
+    request = {"tool_name": "Bash", "input": stored}
+    with pytest.raises(InvalidInput) as err:
+        validate_decision(request, Sent("allow"))
+    assert str(err.value).startswith(
+        f"updatedInput: is needed to allow this request: its input is {described}"
+    )
+    edited = Sent("allow", updated_input={"command": "ls"}, has_updated_input=True)
+    assert validate_decision(request, edited).for_agent() == {
+        "behavior": "allow",
+        "updatedInput": {"command": "ls"},
+    }
+    assert validate_decision(request, Sent("deny")).for_agent()["behavior"] == "deny"
