@@ -2,8 +2,12 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# requirements-run.lock: what running needs (runtime + redis extra), for `make run` / `serve`;
+# requirements.lock: that and the dev tooling, for every other target. Same versions in both.
+RUN_LOCK := requirements-run.lock
 LOCK := requirements.lock
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha1sum | cut -c1-12)
+RUN_STAMP := $(VENV)/.installed-run-$(shell cat pyproject.toml $(wildcard $(RUN_LOCK)) | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha1sum | cut -c1-12)
 UV := uv==0.13.8
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): each has its own databases, servers and browser, and a test file
@@ -16,32 +20,49 @@ XDIST = $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile
 # fails (dbfaults). The rest runs once, on the fast path.
 DB_SUITES := tests/repository tests/lifecycle tests/dbfaults
 
-.PHONY: install lock assets browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
+.PHONY: install install-run lock assets test-assets browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
 
-# Exact versions (runtime + dev + redis extra) come from the hashed lock; the project itself adds none.
-# `pip check` fails when pyproject.toml names a dependency the lock lacks: run `make lock`.
-$(STAMP): pyproject.toml $(LOCK)
+# Exact versions come from the hashed locks; the project itself adds none. `pip check` fails when
+# pyproject.toml names a dependency the lock lacks: run `make lock`. The full lock holds the run
+# lock's every version, so a full install stands for a run install too.
+$(RUN_STAMP): pyproject.toml $(RUN_LOCK)
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r $(RUN_LOCK)
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	$(BIN)/pip check
+	rm -f $(VENV)/.installed-run-* && touch $@
+
+$(STAMP): pyproject.toml $(LOCK) $(RUN_LOCK)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r $(LOCK)
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
 	$(BIN)/pip check
-	rm -f $(VENV)/.installed-* && touch $@
+	rm -f $(VENV)/.installed-* && touch $@ $(RUN_STAMP)
+
+install-run: $(RUN_STAMP)
 
 install: $(STAMP)
 
-# Regenerate the lock after changing dependencies in pyproject.toml (then `make install`).
-# requirements-bench.lock: the `bench` extra (LangGraph for `bench cycle`), installed by `make bench`
-# alone, compiled against the main lock so that it keeps every version the main lock has.
+# Regenerate the locks after changing dependencies in pyproject.toml (then `make install`).
+# The run lock and requirements-bench.lock (the `bench` extra, LangGraph for `bench cycle`, installed
+# by `make bench` alone) are compiled against the main lock, so they keep every version it has.
 lock:
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/pip install -q --disable-pip-version-check '$(UV)'
 	$(BIN)/uv pip compile pyproject.toml --extra dev --extra redis --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command 'make lock' --quiet -o $(LOCK)
+	$(BIN)/uv pip compile pyproject.toml --extra redis -c $(LOCK) --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command 'make lock' --quiet -o $(RUN_LOCK)
 	$(BIN)/uv pip compile pyproject.toml --extra bench -c $(LOCK) --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command 'make lock' --quiet -o requirements-bench.lock
 
+# What the web app serves (frontend_py/web/vendor/); test-assets adds the browser tests' and the
+# GraphQL-over-HTTP audit's npm packages and the MCP conformance suite.
 assets:
 	bash scripts/install-assets.sh
+
+test-assets:
+	bash scripts/install-assets.sh --tests
 
 browser:
 	bash scripts/ensure-apt.sh /usr/bin/chromium chromium
@@ -50,10 +71,10 @@ browser:
 pgbouncer:
 	bash scripts/ensure-apt.sh /usr/sbin/pgbouncer pgbouncer
 
-run: install assets
+run: install-run assets
 	$(BIN)/turnwise demo
 
-serve: install assets
+serve: install-run assets
 	$(BIN)/turnwise serve
 
 lint: install
@@ -65,10 +86,10 @@ fmt: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-schema: install
+schema: install-run
 	$(BIN)/turnwise export-schema --output schema.graphql
 
-test: install assets browser pgbouncer lint
+test: install test-assets browser pgbouncer lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 	TURNWISE_DB_FAST_PATH=0 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(DB_SUITES) $(PYTEST_ARGS)
 

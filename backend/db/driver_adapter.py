@@ -137,6 +137,7 @@ BEHAVIOURS: dict[str, tuple[str, ...]] = {
         "Connection.prepare(name=''): the unnamed statement (what pooler mode's name function gives)",
         "Connection.reload_schema_state(): empties the statement cache (the 26000 repair)",
         "exceptions.InvalidSQLStatementNameError: SQLSTATE 26000",
+        "Connection.get_server_pid(): the process id of the connect's BackendKeyData (engine's pooler check)",
     ),
     "sqlalchemy": (
         "the asyncpg adapter's prepared_statement_name_func / prepared_statement_cache_size connect args",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -51,6 +52,22 @@ def unnamed_statement() -> str:
     protocol's unnamed statement (each is prepared and run within one transaction, so on one server
     connection behind PgBouncer, and replaced by the next; nothing named is left on any server)."""
     return ""
+
+
+class PoolerNotSet(SQLAlchemyError):
+    """A PostgreSQL connection answers through a connection pooler while TURNWISE_DB_POOLER is unset:
+    every statement the service prepares by name would then fail on the pooler's other server
+    connections, so no connection is handed out (startup fails naming the setting)."""
+
+
+def pooler_not_set_message(url: str) -> str:
+    where = make_url(url)
+    return (
+        f"TURNWISE_DB_POOLER is unset, but the database at {where.host}:{where.port or 5432} answers "
+        "through a connection pooler (its backend key is not the server process's id): set "
+        "TURNWISE_DB_POOLER=pgbouncer for PgBouncer (see the README, Through PgBouncer), "
+        "or connect to PostgreSQL directly"
+    )
 
 
 class Database:
@@ -151,6 +168,8 @@ class Database:
             self.statements += 1
 
         if not self.is_sqlite:
+            if self.pooler is None:
+                self._install_pooler_check()
             self._install_idle_ping()
             # A connection whose prepared statements vanished (SQLSTATE 26000) is replaced.
             prepared.install_repair(sync_engine)
@@ -191,6 +210,29 @@ class Database:
             # a statement to `before/after_cursor_execute` (so counted by `_count`) and the log.
             self.begins += 1
             prepared.begin_sqlite(conn, sql)
+
+    def _install_pooler_check(self) -> None:
+        """Refuse a connection that goes through a pooler while the pooler mode is off.
+
+        PostgreSQL's BackendKeyData at connect carries the id of the server process serving the
+        session; a pooler (PgBouncer in any pool mode) hands its client a key of its own instead, since
+        the client's session is not bound to one server process. So a key that differs from
+        `pg_backend_pid()` says a pooler sits between: one round trip per new connection, no guess
+        about which server connection a later transaction lands on.
+        """
+
+        @event.listens_for(self.engine.sync_engine.pool, "connect")
+        def _check(dbapi_connection: Any, _record: Any) -> None:
+            key = int(dbapi_connection.driver_connection.get_server_pid())
+            # A simple query (no arguments): nothing prepared or cached on the connection, and its
+            # own transaction behind a pooler. The status tag says whether the row matched.
+            query = f"SELECT WHERE pg_backend_pid() = {key}"
+            if dbapi_connection.run_async(lambda driver: driver.execute(query)) == "SELECT 1":
+                return
+            # The pool forgets a connection whose connect hook failed without closing it.
+            with contextlib.suppress(Exception):
+                dbapi_connection.close()
+            raise PoolerNotSet(pooler_not_set_message(self.url))
 
     def _install_idle_ping(self) -> None:
         """Ping a pooled connection only when it sat idle, instead of on every checkout.

@@ -5,7 +5,8 @@ transaction on a connection: no named prepared statements, no session-level lock
 With `TURNWISE_DB_POOLER=pgbouncer` the service keeps to that; migrations go to the cluster directly
 (`TURNWISE_MIGRATE_DATABASE_URL`), and the bus is Redis (LISTEN/NOTIFY needs a direct connection).
 Live, detached, concurrent and stale cycles then run across both processes with no error, and a
-PostgreSQL restart behind PgBouncer is as invisible as without it.
+PostgreSQL restart behind PgBouncer is as invisible as without it. Without the setting, the
+service refuses to start, naming it, instead of failing every request.
 """
 
 from __future__ import annotations
@@ -131,3 +132,26 @@ async def test_two_processes_behind_pgbouncer_run_live_detached_concurrent_and_s
             agent.stop()
         await on_a.execute(TASKS)
         await on_b.execute(TASKS)
+
+
+@pytest.mark.parametrize("migrations", ["direct", "through PgBouncer"])
+async def test_serve_behind_pgbouncer_without_the_pooler_setting_refuses_to_start_naming_it(
+    bounced: tuple[PgCluster, PgBouncer], migrations: str
+) -> None:
+    cluster, bouncer = bounced
+    name = f"turnwise_{uuid.uuid4().hex[:10]}"
+    direct = await asyncio.to_thread(cluster.createdb, name)
+    # All the README asks for behind PgBouncer but the one line.
+    env = {**ENV, "TURNWISE_DB_POOLER": ""}
+    if migrations == "direct":
+        env["TURNWISE_MIGRATE_DATABASE_URL"] = direct
+    server = Server(bouncer.database_url(name), broadcast_url=redis_url(), env=env)
+    try:
+        with pytest.raises(RuntimeError, match=r"server exited with [1-9]"):
+            await asyncio.to_thread(server.start)
+    finally:
+        await asyncio.to_thread(server.stop)
+    refusal = [line for line in server.log().splitlines() if "startup failed, not serving:" in line]
+    assert len(refusal) == 1, server.log()
+    assert "not serving: TURNWISE_DB_POOLER is unset" in refusal[0], server.log()
+    assert "set TURNWISE_DB_POOLER=pgbouncer" in refusal[0], server.log()
