@@ -20,6 +20,7 @@ from backend import logs
 from backend.config import Settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+log = logging.getLogger("turnwise.cli")
 
 
 def _log_level(args: argparse.Namespace) -> str:
@@ -36,11 +37,6 @@ def _log_level(args: argparse.Namespace) -> str:
     # Handed to worker processes of `serve --workers N`, which configure their own logging.
     os.environ["TURNWISE_LOG_LEVEL"] = level.lower()
     return level.lower()
-
-
-def _uvicorn_level() -> str:
-    """uvicorn's own start-up and shutdown lines only at `debug`: Turnwise logs its readiness itself."""
-    return "debug" if os.environ.get("TURNWISE_LOG_LEVEL") == "debug" else "warning"
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -83,7 +79,11 @@ def _serve_workers(settings: Settings) -> None:
             workers=settings.workers,
             host=settings.host,
             port=settings.port,
-            log_level=_uvicorn_level(),
+            # Neither uvicorn's handlers nor its levels: its records go through ours, one format on
+            # standard error, and `logs.configure` sets which of them show (`uvicorn.access`'s
+            # request lines whenever TURNWISE_ACCESS_LOG turns them on).
+            log_config=None,
+            log_level=None,
             access_log=settings.access_log,
             ws="websockets-sansio",
             ws_per_message_deflate=settings.ws_compression,
@@ -106,6 +106,11 @@ async def _when_ready(settings: Settings, text: str) -> None:
                 pass
             await asyncio.sleep(0.05)
     print(text, flush=True)
+
+
+def _startup_failed(failure: str) -> None:
+    # A line of the log, in its format, like everything the server writes to standard error.
+    log.error("startup failed, not serving: %s", failure, extra={"event": "startup.failed"})
 
 
 def _serve(settings: Settings, *, demo: bool = False, announce: str | None = None) -> int:
@@ -137,7 +142,11 @@ def _serve(settings: Settings, *, demo: bool = False, announce: str | None = Non
             app,
             host=settings.host,
             port=settings.port,
-            log_level=_uvicorn_level(),
+            # Neither uvicorn's handlers nor its levels: its records go through ours, one format on
+            # standard error, and `logs.configure` sets which of them show (`uvicorn.access`'s
+            # request lines whenever TURNWISE_ACCESS_LOG turns them on).
+            log_config=None,
+            log_level=None,
             access_log=settings.access_log,
             ws="websockets-sansio",
             ws_per_message_deflate=settings.ws_compression,
@@ -145,10 +154,10 @@ def _serve(settings: Settings, *, demo: bool = False, announce: str | None = Non
     except SystemExit as exc:
         if app.state.runtime.failure is None:
             raise
-        print(f"turnwise: startup failed, not serving: {app.state.runtime.failure}", file=sys.stderr)
+        _startup_failed(app.state.runtime.failure)
         return exc.code if isinstance(exc.code, int) and exc.code else 1
     if app.state.runtime.failure is not None:
-        print(f"turnwise: startup failed, not serving: {app.state.runtime.failure}", file=sys.stderr)
+        _startup_failed(app.state.runtime.failure)
         return 1
     return 0
 

@@ -10,7 +10,9 @@ granted`). So on the record's line:
   names refuse (`backend.domain.names.CONTROL`). Other backslashes are kept as they are: the
   escapes keep a line safe to read, they are not meant to be decoded back;
 - a field value that is empty or holds a space, `"` or `=` is quoted (`error="task 'x' not found"`,
-  `\\"` and `\\\\` inside), so a value can never pass for further fields.
+  `\\"` and `\\\\` inside), so a value can never pass for further fields;
+- a secret the running code holds (`withholding`: a channel URL's tokens while it is read or sent
+  through) shows as `***` in the message, the fields and the traceback, whichever logger wrote them.
 
 The one multi-line part is a traceback (and a stack, with `stack_info`), below its record's line:
 every one of its lines starts with `| `, a start no record line has (those start with the time),
@@ -20,17 +22,48 @@ message continues the traceback instead of starting a record. No JSON format is 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 
 from backend.domain.names import CONTROL
 
-# What every LogRecord carries; anything else on a record came from `extra=`.
-_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# What every LogRecord carries; anything else on a record came from `extra=`, except uvicorn's
+# `color_message`, its message again with terminal colours.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 CONTINUATION = "| "
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+WITHHELD = "***"
+# A context variable, not a global: a record is formatted in the thread (and task) that made it, so
+# the secrets of one send are withheld from its own lines, and no other's text is touched.
+_withheld: ContextVar[tuple[str, ...]] = ContextVar("withheld", default=())
+
+
+@contextlib.contextmanager
+def withholding(secrets: Iterable[str]) -> Iterator[None]:
+    """No line written within (in this context: this thread, this task) shows any of `secrets`."""
+    # Longest first, so that a secret holding a shorter one is masked whole.
+    held = sorted({*_withheld.get(), *(s for s in secrets if s)}, key=len, reverse=True)
+    token = _withheld.set(tuple(held))
+    try:
+        yield
+    finally:
+        _withheld.reset(token)
+
+
+def _withhold(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, WITHHELD)
+    return text
 
 
 def _escape_of(char: str) -> str:
@@ -75,12 +108,13 @@ class FieldsFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         # logging.Formatter.format, except that the record's line is escaped as a whole before the
         # traceback joins it (the base class appends the traceback to the message unescaped).
-        record.message = record.getMessage()
+        secrets = _withheld.get()
+        record.message = _withhold(record.getMessage(), secrets)
         if self.usesTime():
             record.asctime = self.formatTime(record, self.datefmt)
         line = escape(self.formatMessage(record))
         fields = [
-            f"{escape(k)}={_value(v)}"
+            f"{escape(k)}={_value(_withhold(str(v), secrets) if secrets else v)}"
             for k, v in record.__dict__.items()
             if k not in _STANDARD and not k.startswith("_")
         ]
@@ -88,9 +122,9 @@ class FieldsFormatter(logging.Formatter):
             line = f"{line} {' '.join(fields)}"
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)  # cached, as the base class does
-        below = [record.exc_text] if record.exc_text else []
+        below = [_withhold(record.exc_text, secrets)] if record.exc_text else []
         if record.stack_info:
-            below.append(self.formatStack(record.stack_info))
+            below.append(_withhold(self.formatStack(record.stack_info), secrets))
         if not below:
             return line
         # Split on line feeds only: any other line break is escaped within its continuation line.
@@ -113,5 +147,8 @@ def configure(level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(FieldsFormatter(FORMAT))
     logging.basicConfig(level=level, handlers=[handler], force=True)
+    # A library's warning (DeprecationWarning, ...) is a record too: Python's own printing of it
+    # spans lines outside this format.
+    logging.captureWarnings(True)
     for name in QUIET_UNLESS_DEBUG:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))

@@ -84,8 +84,24 @@ def client_errors(records: list[logging.LogRecord]) -> list[logging.LogRecord]:
         ("{ tasks { id } }", None, None, "UNAUTHENTICATED", "tasks"),
         ("{ tasks { nope } }", None, ADMIN, "GRAPHQL_VALIDATION_FAILED", None),
         ("{ tasks { id ", None, ADMIN, "GRAPHQL_PARSE_FAILED", None),
+        (
+            "mutation($u: String!) { addNotificationChannel(url: $u) { id } }",
+            {"u": "slak://TokenA/TokenB/SECRETTOKENC"},
+            ADMIN,
+            "BAD_USER_INPUT",
+            "addNotificationChannel",
+        ),
     ],
-    ids=["not found", "bad input", "unstorable text", "forbidden", "unauthenticated", "validation", "parse"],
+    ids=[
+        "not found",
+        "bad input",
+        "unstorable text",
+        "forbidden",
+        "unauthenticated",
+        "validation",
+        "parse",
+        "channel url",
+    ],
 )
 async def test_an_expected_error_is_one_info_line_without_a_traceback(
     services: Services,

@@ -9,16 +9,18 @@ hosted ones are only parsed."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
 
 from backend.db.engine import Database
 from backend.domain.errors import InvalidInput
+from backend.logs import FORMAT, FieldsFormatter
 from backend.outbound import channels
 from backend.outbound.guard import OutboundRefused, check_target, listed
 from backend.services.reach import Reach
-from tests.reach.receivers import Browser
+from tests.reach.receivers import Browser, webhook
 from tests.services.support import services_for
 
 PRIVATE = "TURNWISE_OUTBOUND_ALLOWED_HOSTS"
@@ -67,6 +69,9 @@ async def test_a_target_on_this_machine_or_a_private_network_is_refused(url: str
         ("matrixs://user:pass@matrix.example.org/#room", "discovery"),
         ("mailtos://user:pass@example.com?wkd=yes&to=dana@example.com", "WKD"),
         ("carrier-pigeon://coop/1", "not an Apprise URL"),
+        ("slak://TokenA/TokenB/SECRETTOKENC", "not an Apprise URL this server can send to (slak://***:"),
+        # A service it sends to, but a part is missing: said so, with the form that service takes.
+        ("slack://TokenA/TokenB", "is a slack:// URL, but incomplete or malformed; Slack takes slack://{"),
     ],
 )
 async def test_a_url_whose_target_cannot_be_checked_is_refused_with_the_reason(url: str, why: str) -> None:
@@ -74,6 +79,28 @@ async def test_a_url_whose_target_cannot_be_checked_is_refused_with_the_reason(u
         await checked(url, allowed=("*",))  # even where every host is allowed
     assert refused.value.field == "url"
     assert why in str(refused.value)
+
+
+async def test_no_line_of_any_logger_shows_a_channel_url_s_secrets_while_it_is_read_or_sent_through(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.handler.setFormatter(FieldsFormatter(FORMAT))
+    token = "Mm0stT0kenSecret42"  # Mattermost's webhook path holds it; its masked form does not
+    with caplog.at_level(logging.DEBUG), webhook() as hook:
+        hook.script.status = 500
+        for url in ("slak://TokenA/TokenB/SECRETTOKENC", "slack://TokenA/TokenB"):
+            with pytest.raises(InvalidInput):
+                await checked(url)
+        target = await checked(f"mmost://{hook.address}/{token}", allowed=("127.0.0.1",))
+        assert not await channels.deliver(target, "title", "body", 10)
+    for secret in ("TokenA", "TokenB", "SECRETTOKENC", token):
+        assert secret not in caplog.text
+    # What is not secret stays: the request line at debug, and why the service refused the message,
+    # which an operator needs, at WARNING; a refused URL is the caller's to report, not Apprise's.
+    assert "POST /hooks/*** HTTP/1.1" in caplog.text
+    (refusal,) = [r for r in caplog.records if r.name == "apprise"]
+    assert refusal.levelno == logging.WARNING
+    assert "error=500" in refusal.getMessage()
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 import pytest
 
 from backend.domain.names import CONTROL
-from backend.logs import CONTINUATION, FORMAT, FieldsFormatter
+from backend.logs import CONTINUATION, FORMAT, FieldsFormatter, withholding
 
 
 def _record(msg: str = "clarification asked", *args: object, **extra: object) -> logging.LogRecord:
@@ -103,3 +104,30 @@ def test_a_stack_is_below_the_line_as_continuation_lines_too() -> None:
     head, *below = FieldsFormatter(FORMAT).format(record).split("\n")
     assert head.endswith("event=x.stack")
     assert below == [f"{CONTINUATION}Stack (most recent call last):", f"{CONTINUATION}  File 'x', line 1"]
+
+
+def test_a_withheld_secret_shows_as_stars_in_the_message_the_fields_and_the_traceback() -> None:
+    formatter = FieldsFormatter(FORMAT)
+
+    def record() -> logging.LogRecord:
+        made = _record("POST %s", "/hooks/T0kenA/T0kenAB", url="x/T0kenAB")
+        return _failed(made, RuntimeError("T0kenA refused"))
+
+    with withholding(["T0kenA", "T0kenAB"]):
+        head, *below = formatter.format(record()).split("\n")
+        # Only in the context that holds the secret: another thread's lines are its own.
+        elsewhere: list[str] = []
+        thread = threading.Thread(target=lambda: elsewhere.append(formatter.format(record())))
+        thread.start()
+        thread.join()
+    assert head.endswith("POST /hooks/***/*** url=x/***")
+    assert below[-1] == f"{CONTINUATION}RuntimeError: *** refused"
+    assert "T0kenA" in elsewhere[0]
+    assert "T0kenA" in formatter.format(record())
+
+
+def test_uvicorn_s_coloured_copy_of_its_message_is_not_a_field() -> None:
+    record = _record(
+        "Started server process [%d]", 42, color_message="Started server process [\x1b[36m%d\x1b[0m]"
+    )
+    assert FieldsFormatter(FORMAT).format(record).endswith("Started server process [42]")
