@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,25 @@ def rejected(body: dict[str, Any] | None) -> bool:
     return bool(body.get("errors")) and (data is None or all(v is None for v in data.values()))
 
 
+# A line the server logged at ERROR (the documented format: time, level, logger, message).
+ERROR_LINE = re.compile(r"^\d{4}-\d\d-\d\d \S+ ERROR ", re.MULTILINE)
+
+
+def client_input_faults(log: str) -> list[str]:
+    """What a fuzz run must never leave in the server's log: a traceback or a line at ERROR. Every
+    request here is a client's input, so each would be the server blaming itself for one."""
+    lines = log.splitlines()
+    return [line for line in lines if "Traceback" in line or ERROR_LINE.match(line)]
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def fuzz_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     with served(request.param, request) as srv:  # PostgreSQL skips or fails when unreachable
         yield srv
+    faults = client_input_faults(srv.log_path.read_text(errors="replace"))
+    assert faults == [], "the fuzz run left tracebacks or ERROR lines in the server's log:\n" + "\n".join(
+        faults[:20]
+    )
 
 
 # --- generated documents ------------------------------------------------------------------------
