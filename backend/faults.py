@@ -6,15 +6,20 @@ process must survive (e.g. a repository read failing). `await hit("name")` also 
 TURNWISE_FAULT_DELAY_SECONDS (default 5) where `delay:name` is configured: a window between two
 steps in which a test breaks something outside the process (stops the database, say). Production
 configures no points.
+
+`await reached("name")` runs the hook a test installed there in this process (`holding`), so a test
+can hold one step of a running service while it changes something else; without a hook it does
+nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 log = logging.getLogger("turnwise.faults")
 
@@ -22,6 +27,7 @@ log = logging.getLogger("turnwise.faults")
 CRASH_EXIT_CODE = 86
 
 _points: frozenset[str] = frozenset()
+_hooks: dict[str, Callable[[], Awaitable[None]]] = {}
 
 
 class InjectedFault(RuntimeError):
@@ -51,3 +57,19 @@ async def hit(name: str) -> None:
 def check(name: str) -> None:
     if name in _points:
         raise InjectedFault(f"injected fault at {name}")
+
+
+async def reached(name: str) -> None:
+    hook = _hooks.get(name)
+    if hook is not None:
+        await hook()
+
+
+@contextlib.contextmanager
+def holding(name: str, hook: Callable[[], Awaitable[None]]) -> Iterator[None]:
+    """Run `hook` wherever this process reaches `name`, until the block ends."""
+    _hooks[name] = hook
+    try:
+        yield
+    finally:
+        _hooks.pop(name, None)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.scenarios import SCENARIO_IDS
+from tests.scenarios import KIND_NEUTRAL, PENDING_KINDS, SCENARIO_IDS
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -32,6 +32,23 @@ def test_every_scenario_has_a_marked_test() -> None:
     assert list(matrix) == list(SCENARIO_IDS)
     missing = [sid for sid, tests in matrix.items() if not tests]
     assert missing == [], f"scenarios without a marked test: {', '.join(missing)}"
+
+
+def test_every_scenario_about_a_pending_action_runs_for_both_kinds() -> None:
+    run = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "scenarios.py"), "--json-kinds"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    kinds = json.loads(run.stdout)
+    one_kind = {
+        sid: [k for k in PENDING_KINDS if not by_kind[k]]
+        for sid, by_kind in kinds.items()
+        if sid not in KIND_NEUTRAL and not all(by_kind[k] for k in PENDING_KINDS)
+    }
+    assert one_kind == {}, f"scenarios that run for one kind of pending action only: {one_kind}"
 
 
 @pytest.mark.parametrize(

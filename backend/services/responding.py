@@ -141,6 +141,7 @@ class Responding(PendingActionsBase):
                 raise BrokenInvariant(f"bundle {pending_id} moved from session {session_id}")
             self.remember_session(pending_id, bundle.session_id)
             authorize(bundle.task_id, bundle.session_id)
+            await faults.reached("respond.loaded")
             decision = decide_response(bundle.state, rejected=rejected)
             if decision.action == RespondAction.CONFLICT:
                 return Conflict(pending_id, present(decision.conflict, "conflict reason"), bundle)
@@ -220,10 +221,13 @@ class Responding(PendingActionsBase):
             rejected=rejected,
         )
         await faults.hit("after_claim")
+        await faults.reached("respond.claimed")
+        settings = self.deps.settings
         if live:
+            # A waiter gone before it took the answer turns the delivery into a resume: room for both.
+            confirm_or_resume = settings.live_confirmation_seconds + settings.dispatch_seconds
             return await self._bounded(
-                self._deliver_live(claim, bundle, after),
-                self.deps.settings.live_confirmation_seconds + 2 * self.deps.settings.persistence_seconds,
+                self._deliver_live(claim, bundle, after), confirm_or_resume + 3 * settings.persistence_seconds
             )
         return await self._bounded(
             self._resume(claim, after),
@@ -233,20 +237,79 @@ class Responding(PendingActionsBase):
     async def _deliver_live(self, claim: Claim, bundle: Bundle, after: Bundle) -> RespondOutcome:
         instance = present(bundle.waiter_instance, "live waiter's instance")
         waiter_id = present(bundle.waiter_id, "live waiter")
-        async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
-            try:
-                await self.hub.hand_off(instance, waiter_id, claim)
-                confirmed = await self._await_confirmation(confirmation, instance)
-            except Exception:
-                log.warning(
-                    "live delivery not confirmed",
-                    extra={"event": "clarification.delivery_unconfirmed", "claim_id": claim.claim_id},
-                    exc_info=True,
-                )
-                confirmed = False
-        if confirmed:
-            return Responded(_finalized(after, claim), resumed=False)
+        if not self.hub.left(instance, waiter_id):
+            async with self.hub.expect_confirmation(claim.claim_id) as confirmation:
+                try:
+                    await self.hub.hand_off(instance, waiter_id, claim)
+                    confirmed = await self._await_confirmation(confirmation, instance)
+                except Exception:
+                    log.warning(
+                        "live delivery not confirmed",
+                        extra={"event": "clarification.delivery_unconfirmed", "claim_id": claim.claim_id},
+                        exc_info=True,
+                    )
+                    confirmed = False
+            if confirmed:
+                return Responded(_finalized(after, claim), resumed=False)
+        if self.hub.left(instance, waiter_id):
+            # The agent's wait ended after the load, before its waiter took the answer: no
+            # confirmation will come, so the answer goes the detached way now (S24).
+            detached = await self._detached_after_all(claim, after)
+            if detached is not None:
+                return detached
         return await self._recover_claim(claim, after, "the agent did not confirm the answer")
+
+    async def _detached_after_all(self, claim: Claim, after: Bundle) -> RespondOutcome | None:
+        """A live claim whose waiter is gone, re-made as the detached agent's: an answer is resumed
+        with the same claim, a skip (a denial) is stored as final. None when the claim is no longer
+        there to re-make (its turn was superseded meanwhile) or the database is unreachable: the
+        caller then recovers it as any unconfirmed claim."""
+        try:
+            remade = await self._remake_detached(claim)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            return None
+        if remade is None:
+            return None
+        claimed, w = remade
+        log.info(
+            "waiter gone before delivery; the detached agent gets the answer",
+            extra={"event": "clarification.waiter_gone_before_delivery", "claim_id": claim.claim_id},
+        )
+        await flush(self.deps, w)
+        if claim.rejected:
+            return Responded(_merge(after, claimed), resumed=False)
+        return await self._resume(claim, _merge(after, claimed))
+
+    async def _remake_detached(self, claim: Claim) -> tuple[list[BundleRow], Work] | None:
+        """One unit under the session lock: the claim's rows back to pending, detached, and claimed
+        again on the detached path. Exactly one of this and the waiter's confirmation wins."""
+        answers = {a.question_id: a for a in claim.answers}
+        async with uow(self.deps, [claim.session_id], hold=True) as w:
+            restored = await claims.restore_claim(
+                w.conn, claim.session_id, claim.message_ids, claim.claim_id, detach_rows=True
+            )
+            if not restored:
+                return None
+            claimed = await claims.claim(
+                w.conn,
+                session_id=claim.session_id,
+                pending_id=claim.pending_id,
+                message_ids=restored,
+                answers=answers,
+                rejected=claim.rejected,
+                claim_id=None if claim.rejected else claim.claim_id,
+                detach_rows=True,
+            )
+            if len(claimed) != len(restored):
+                raise BrokenInvariant(f"claim {claim.claim_id} could not be re-made under the lock")
+            # The live claim already took the rows out of pending: only a skip changes the session.
+            w.touch(claim.session_id, task_id=claim.task_id, pending_action_kept=not claim.rejected)
+            if claim.rejected:
+                await tasks.mark_running_when_unblocked(w.conn, claim.session_id)
+                w.publish_messages(claim.task_id, claim.session_id, "message.updated", restored)
+        return claimed, w
 
     async def _resume(self, claim: Claim, after: Bundle) -> RespondOutcome:
         try:

@@ -226,6 +226,12 @@ class WaiterHub:
     def is_local_waiter(self, waiter_id: str | None) -> bool:
         return waiter_id is not None and waiter_id in self._waiters
 
+    def left(self, instance_id: str | None, waiter_id: str | None) -> bool:
+        """Has this waiter of this process stopped waiting? Its rows stay attached until its detach
+        commits, which waits for the session lock. (Another process's waiter is not known here: its
+        process refuses the hand-off instead.)"""
+        return instance_id == self.instance_id and not self.is_local_waiter(waiter_id)
+
     def alive(self, instance_id: str | None, waiter_id: str | None, heartbeat: dt.datetime | None) -> bool:
         """Can a hand-off to this waiter be confirmed? Decides ACTIVE_LIVE vs ACTIVE_DETACHED."""
         if instance_id is None or waiter_id is None:

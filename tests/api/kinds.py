@@ -4,10 +4,11 @@ ALLOW with the input as asked), and the request is read back in one shape for bo
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from tests.api.client import Client
+from tests.api.client import Client, Subscription
 from tests.api.test_clarification_api import ASK, CLARIFICATION, QUESTION, YES, respond
 
 BASH = {"command": "alembic upgrade head", "description": "migrate staging"}
@@ -71,6 +72,40 @@ class ApiKind:
             pending_id = str((await sub.next())["askClarification"]["bundle"]["pendingId"])
             assert (await sub.next())["askClarification"]["__typename"] == "ClarificationDetached"
         return pending_id
+
+    @property
+    def asking(self) -> str:
+        """The agent's subscription field, which keys each of its results."""
+        return "askPermission" if self.is_permission else "askClarification"
+
+    def ask_live(self, client: Client, session_id: str) -> AbstractAsyncContextManager[Subscription]:
+        """The agent's ask, waiting live (no timeout of its own); its first result is `asked`."""
+        if self.is_permission:
+            return client.subscribe(ASK_PERMISSION, {"s": session_id, "n": "Bash", "i": BASH})
+        return client.subscribe(ASK, {"s": session_id, "q": [QUESTION]})
+
+    def asked(self, result: dict[str, Any]) -> tuple[str, str]:
+        """The pending id and state of what the ask's first result carries."""
+        shown = result["request"] if self.is_permission else result["bundle"]
+        return str(shown["pendingId"]), str(shown["state"])
+
+    def answered(self, pending_id: str) -> dict[str, Any]:
+        """What the live agent receives for `answer`."""
+        if self.is_permission:
+            decision = {"behavior": "ALLOW", "updatedInput": BASH, "message": None}
+            return {"__typename": "PermissionDecided", "pendingId": pending_id, "decision": decision}
+        return {
+            "__typename": "ClarificationAnswered",
+            "pendingId": pending_id,
+            "answers": [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": None}],
+        }
+
+    def closed(self, pending_id: str, status: str) -> dict[str, Any]:
+        """What the live agent receives when its request is closed with `status` (a permission
+        request's close carries no status)."""
+        if self.is_permission:
+            return {"__typename": "PermissionClosed", "pendingId": pending_id}
+        return {"__typename": "ClarificationClosed", "pendingId": pending_id, "status": status}
 
     async def answer(self, client: Client, pending_id: str) -> dict[str, Any]:
         """Answer (YES: the second option) or ALLOW as asked; the mutation's result."""

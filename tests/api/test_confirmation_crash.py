@@ -1,4 +1,5 @@
-"""A live answer handed to its waiter but never durably confirmed (scenario S22), on both dialects.
+"""A live answer handed to its waiter but never durably confirmed (scenario S22), on both dialects,
+for a question and a permission request alike.
 
 The `before_confirm` fault point ends the server right where the waiter has taken the hand-off off
 its queue and is about to write the confirmation: the agent must not have the answer, and the next
@@ -16,7 +17,8 @@ import pytest
 from backend import faults
 from backend.db.engine import Database
 from tests.api.client import Client, Subscription
-from tests.api.test_clarification_api import ASK, CLARIFICATION, QUESTION, YES, respond, session
+from tests.api.kinds import API_KINDS, ApiKind
+from tests.api.test_clarification_api import session
 from tests.lifecycle.support import rows
 from tests.servers import ADMIN_TOKEN, Server, drop_database, fresh_database
 
@@ -30,31 +32,32 @@ def crash_db(request: pytest.FixtureRequest) -> Iterator[str]:
     drop_database(url)
 
 
-async def until_closed(sub: Subscription) -> list[str]:
-    """Every `askClarification` result the agent receives until its connection drops."""
+async def until_closed(sub: Subscription, asking: str) -> list[str]:
+    """Every result of the agent's ask (field `asking`) it receives until its connection drops."""
     seen: list[str] = []
     try:
         while True:
             data = await sub.next(timeout=30)
-            seen.append(data["askClarification"]["__typename"])
+            seen.append(data[asking]["__typename"])
     except (ConnectionError, StopAsyncIteration):
         return seen
 
 
 @pytest.mark.scenario("S22")
+@pytest.mark.parametrize("kind", API_KINDS, ids=str)
 async def test_an_enqueued_answer_is_withheld_until_confirmed_and_restart_restores_the_claim(
-    crash_db: str,
+    crash_db: str, kind: ApiKind
 ) -> None:
     db = Database(crash_db)
     crashing = Server(crash_db, env={"TURNWISE_FAULT_POINTS": "before_confirm"}).start()
     client = Client(crashing.base_url, ADMIN_TOKEN)
     try:
         _, session_id = await session(client)
-        async with client.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
-            pending_id = (await sub.next())["askClarification"]["bundle"]["pendingId"]
-            responding = asyncio.create_task(respond(client, pending_id, YES))
+        async with kind.ask_live(client, session_id) as sub:
+            pending_id, _ = kind.asked((await sub.next())[kind.asking])
+            responding = asyncio.create_task(kind.answer(client, pending_id))
             # The process ends at `before_confirm`: only a waiter that took the hand-off gets there.
-            assert await until_closed(sub) == []
+            assert await until_closed(sub, kind.asking) == []
             with pytest.raises(httpx.HTTPError):
                 await responding
         assert crashing.proc is not None
@@ -72,22 +75,15 @@ async def test_an_enqueued_answer_is_withheld_until_confirmed_and_restart_restor
         restored = await rows(db, pending_id)
         assert restored[0]["status"] == "pending"
         assert not {"response", "response_delivery_pending", "delivery_claim_id"} & restored[0].keys()
-        bundle = (await client.execute(CLARIFICATION, {"p": pending_id}))["clarification"]
-        assert bundle["state"] == "ACTIVE_DETACHED"
-        assert [(q["status"], q["response"]) for q in bundle["questions"]] == [("PENDING", None)]
-        # The agent reconnects: same bundle, live again, and the same answer now arrives once.
-        async with client.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
-            again = (await sub.next())["askClarification"]["bundle"]
-            assert again["pendingId"] == pending_id
-            assert again["state"] == "ACTIVE_LIVE"
-            result = await respond(client, pending_id, YES)
-            assert result["__typename"] == "ClarificationResponded"
-            answered = (await sub.next())["askClarification"]
-            assert answered == {
-                "__typename": "ClarificationAnswered",
-                "pendingId": pending_id,
-                "answers": [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": None}],
-            }
+        view = await kind.read(client, pending_id)
+        assert view["state"] == "ACTIVE_DETACHED"
+        assert kind.unanswered(view)
+        # The agent reconnects: same request, live again, and the same answer now arrives once.
+        async with kind.ask_live(client, session_id) as sub:
+            assert kind.asked((await sub.next())[kind.asking]) == (pending_id, "ACTIVE_LIVE")
+            result = await kind.answer(client, pending_id)
+            assert result["__typename"] == kind.responded, result
+            assert (await sub.next())[kind.asking] == kind.answered(pending_id)
         final = await rows(db, pending_id)
         assert final[0]["status"] == "answered"
         assert "response_delivery_pending" not in final[0]

@@ -103,6 +103,8 @@ async def test_deleting_messages_never_moves_ownership_back(admin: Client) -> No
     perm = (await admin.execute(POST, {"s": session_id, "c": "may I?", "k": "permission_request"}))[
         "postMessage"
     ]
+    before = (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]
+    assert before[0]["pendingAction"] == "PERMISSION", "the request is pending while its turn is current"
     newer = (await admin.execute(START, {"s": session_id, "l": False}))["startTurn"]
     note = (await admin.execute(POST, {"s": session_id, "c": "newer work", "k": "message"}))["postMessage"]
     assert note["turnId"] == newer["id"]
@@ -110,6 +112,11 @@ async def test_deleting_messages_never_moves_ownership_back(admin: Client) -> No
     sessions = (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]
     assert sessions[0]["pendingAction"] is None, "the older turn's request must stay inert"
     assert perm["id"] in [m["id"] for m in (await snapshot(admin, session_id))["messages"]]
+    # The newer turn, its every message gone, is still the current one: the next message lands in it.
+    probe = (await admin.execute(POST, {"s": session_id, "c": "still here", "k": "message"}))["postMessage"]
+    assert probe["turnId"] == newer["id"]
+    sessions = (await admin.execute(SESSIONS, {"task": task_id}))["taskSessions"]
+    assert sessions[0]["pendingAction"] is None
 
 
 async def test_message_pages_follow_creation_order(admin: Client) -> None:

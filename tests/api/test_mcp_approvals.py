@@ -103,7 +103,6 @@ async def decided_while_asking(
     return await asyncio.wait_for(call, 30), decided
 
 
-@pytest.mark.scenario("S01")
 async def test_claude_code_gets_allow_as_asked_edited_and_deny_with_its_reason(
     server: Server, admin: Client
 ) -> None:
@@ -195,12 +194,22 @@ async def test_no_decision_in_time_denies_for_now_and_a_late_allow_reaches_the_a
         second = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id})
         assert second.structuredContent is not None
         assert second.structuredContent["status"] == "delivered"
-    # A stale decision: newer work superseded a detached request; the person's ALLOW is refused.
+    # A stale decision: newer work superseded a detached request; the person's ALLOW is refused, it
+    # writes nothing, and nothing of it reaches the agent.
     async with mcp_session(server.base_url, token) as mcp:
         stale_id = await denied_for_now(mcp)
     await admin.execute(START, {"s": session_id})
+    before = await written(admin, task_id, session_id)
     conflict = await respond(admin, stale_id, "ALLOW")
     assert conflict == {"__typename": "ClarificationConflict", "reason": "SUPERSEDED"}
+    assert await written(admin, task_id, session_id) == before
+    stale = (await admin.execute(PERMISSION, {"p": stale_id}))["permission"]
+    assert stale == {"state": "SUPERSEDED_HISTORY", "decision": None}
+    async with mcp_session(server.base_url, token) as mcp:
+        asked_again = await mcp.call_tool("wait_for_answer", {"pending_id": stale_id})
+    assert as_claude_code_reads(asked_again)["behavior"] == "deny"
+    assert asked_again.structuredContent is not None
+    assert asked_again.structuredContent["status"] == "closed"
 
 
 async def test_always_allow_decides_the_next_matching_call_at_once_until_revoked(
@@ -233,6 +242,11 @@ BAD_CALLS = [
     ({"tool_name": None}, "tool_name"),
     ({"input": MISSING}, "input"),
     ({"input": {"command": "x" * 64_001}}, "input"),
+    # A tool takes its arguments by name; Claude Code reads an allowed input back as an object.
+    ({"input": None}, "input"),
+    ({"input": "rm -rf /"}, "input"),
+    ({"input": 7}, "input"),
+    ({"input": ["rm", "-rf", "/"]}, "input"),
     ({"tool_use_id": ""}, "tool_use_id"),
     ({"tool_use_id": "t" * 201}, "tool_use_id"),
     ({"tool_use_id": 7}, "tool_use_id"),

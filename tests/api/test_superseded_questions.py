@@ -1,6 +1,6 @@
 """Superseded questions stay inert: deleting a newer turn's messages never hands the session back to an
-older question (scenario S03), and an agent still waiting on a question a newer turn superseded is told
-it closed, not that it detached (S02)."""
+older question (scenario S03); and an agent still waiting live on a question a newer turn superseded
+is told it closed, not that it detached (a live wait: no numbered scenario covers it)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ TURNS = "query($s: ID!) { sessionTurns(sessionId: $s) { id completedAt } }"
 OTHER = {"prompt": "Which cache?", "options": [{"label": "Redis"}, {"label": "None"}]}
 
 
-@pytest.mark.scenario("S02")
 async def test_a_waiting_question_a_newer_turn_superseded_ends_closed_not_detached(admin: Client) -> None:
     _, session_id = await session(admin)
     async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION], "t": 0.2}) as sub:

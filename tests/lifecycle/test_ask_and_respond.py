@@ -1,5 +1,5 @@
 """Ask, wait, detach and respond through the service, on SQLite and PostgreSQL; the scenarios that hold
-for every kind of pending action (S01, S15, S16, S22) run for a question and a permission request
+for every kind of pending action (S01, S15, S16, S22, S32) run for a question and a permission request
 alike (the `kind` fixture)."""
 
 from __future__ import annotations
@@ -426,10 +426,12 @@ async def test_unknown_pending_id_is_not_found(db: Database) -> None:
 
 
 @pytest.mark.scenario("S32")
-async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(db: Database) -> None:
+async def test_a_cancelled_request_still_detaches_in_a_fresh_bounded_context(
+    db: Database, kind: Kind
+) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
+        agent = await kind.ask(svc, session_id)
         waiting = agent.wait()
         await asyncio.sleep(0.05)
         waiting.cancel()  # the transport went away mid-wait

@@ -233,7 +233,6 @@ async def test_detachment_racing_a_newer_turn_never_overwrites(db: Database, ord
         await again.close()
 
 
-@pytest.mark.scenario("S02")
 async def test_a_wait_that_runs_out_after_a_newer_turn_superseded_its_question_ends_closed(
     db: Database, kind: Kind
 ) -> None:

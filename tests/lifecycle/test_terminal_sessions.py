@@ -1,4 +1,5 @@
-"""Sessions that end, and writes that must outlive the request that started them (S32, S33)."""
+"""Sessions that end, and writes that must outlive the request that started them (S32, S33), for
+every kind of pending action."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, pending
 from backend.services.bundles import trusted
 from backend.services.container import Services
-from tests.lifecycle.support import Agent, Kind, new_session, questions, recording, rows, running
+from tests.lifecycle.support import Kind, new_session, questions, recording, rows, running
 from tests.resume.support import eventually
 
 TERMINAL = [SessionState.COMPLETED, SessionState.FAILED, SessionState.CANCELLED]
@@ -102,11 +103,11 @@ async def test_a_terminal_transition_expires_every_current_turn_bundle_before_it
 
 @pytest.mark.scenario("S32")
 async def test_a_cancelled_request_detaches_in_a_finite_context_that_gives_up_while_a_lock_is_held(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db, persistence_seconds=0.5) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id)
+        agent = await kind.ask(svc, session_id)
         waiting = agent.wait()
         async with session_lock_held(db, session_id):
             waiting.cancel()  # the transport goes away while another writer holds the session
@@ -127,10 +128,10 @@ async def test_a_cancelled_request_detaches_in_a_finite_context_that_gives_up_wh
 
 
 @pytest.mark.scenario("S32")
-async def test_expiry_under_a_cancelled_request_still_commits_and_publishes(db: Database) -> None:
+async def test_expiry_under_a_cancelled_request_still_commits_and_publishes(db: Database, kind: Kind) -> None:
     async with running(db) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         async with recording(svc) as log:
             async with session_lock_held(db, session_id) as release:
@@ -153,11 +154,11 @@ async def test_expiry_under_a_cancelled_request_still_commits_and_publishes(db: 
 
 @pytest.mark.scenario("S32")
 async def test_expiry_with_the_session_lock_held_past_its_deadline_fails_and_changes_nothing(
-    db: Database,
+    db: Database, kind: Kind
 ) -> None:
     async with running(db, persistence_seconds=0.5) as svc:
         _, session_id = await new_session(svc)
-        agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
+        agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         async with session_lock_held(db, session_id):
             transition = asyncio.create_task(
