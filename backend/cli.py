@@ -207,7 +207,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     from backend.db import migrate
-    from backend.db.engine import Database
+    from backend.db.engine import Database, PoolerNotSet
 
     async def run() -> None:
         settings = _settings(args)
@@ -218,7 +218,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         finally:
             await db.dispose()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except PoolerNotSet as exc:  # its message names the setting that mends it
+        print(f"turnwise migrate: error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

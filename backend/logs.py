@@ -137,6 +137,13 @@ class FieldsFormatter(logging.Formatter):
 QUIET_UNLESS_DEBUG = ("alembic", "httpx", "httpcore", "mcp", "uvicorn.error")
 
 
+def _not_a_lifespan_traceback(record: logging.LogRecord) -> bool:
+    # Starlette hands uvicorn a failed startup's whole traceback as the text of one ERROR record.
+    # The app's lifespan logs its own failure (with the traceback where one helps, as one line where
+    # its message says it all, a pooler setting say), so uvicorn's copy would only repeat it.
+    return not str(record.msg).startswith("Traceback (most recent call last):")
+
+
 def configure(level: int = logging.INFO) -> None:
     # Lines name no thread or process: a record need not look them up (a few per ask -> answer).
     logging.logThreads = False
@@ -150,5 +157,8 @@ def configure(level: int = logging.INFO) -> None:
     # A library's warning (DeprecationWarning, ...) is a record too: Python's own printing of it
     # spans lines outside this format.
     logging.captureWarnings(True)
+    uvicorn_errors = logging.getLogger("uvicorn.error")
+    if _not_a_lifespan_traceback not in uvicorn_errors.filters:
+        uvicorn_errors.addFilter(_not_a_lifespan_traceback)
     for name in QUIET_UNLESS_DEBUG:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, logging.WARNING))

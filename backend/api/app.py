@@ -28,13 +28,23 @@ from backend.api.web import web_routes
 from backend.bus import EventBus
 from backend.config import Settings
 from backend.db import migrate
-from backend.db.engine import STORAGE_ERRORS, Database
+from backend.db.engine import STORAGE_ERRORS, Database, PoolerNotSet
 from backend.repository import meta
 from backend.services import startup
 from backend.services.container import Services
 from backend.services.context import Deps
 
 log = logging.getLogger("turnwise.app")
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The database's migrations are behind this code's and the server may not migrate them."""
+
+
+# Startup failures whose message says everything an operator needs (what is wrong, which setting or
+# command mends it): one line, no traceback. A startup step's failure was logged with its traceback
+# where it failed (`services/startup.py`); anything else is logged with its traceback here.
+SAID_IN_ONE_LINE: tuple[type[Exception], ...] = (PoolerNotSet, SchemaNotCurrent, startup.StartupFailed)
 
 
 @dataclass
@@ -128,7 +138,7 @@ def create_app(
             if auto_migrate:
                 await migrate.upgrade(db, url=settings.migrate_database_url)
             elif not await migrate.is_current(db):
-                raise RuntimeError("database schema is not current: run `turnwise migrate`")
+                raise SchemaNotCurrent("database schema is not current: run `turnwise migrate`")
             async with db.write() as conn:
                 runtime.epoch = await meta.advance_epoch(conn)
             # Connected to publish recovery's events; nothing subscribes before recovery finished.
@@ -138,6 +148,8 @@ def create_app(
             await mcp.start()
         except Exception as exc:
             runtime.failure = str(exc)
+            if not isinstance(exc, SAID_IN_ONE_LINE):
+                log.exception("startup failed", extra={"event": "startup.failed"})
             await bus.disconnect()
             await db.dispose()
             raise

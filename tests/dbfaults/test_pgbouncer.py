@@ -155,3 +155,5 @@ async def test_serve_behind_pgbouncer_without_the_pooler_setting_refuses_to_star
     assert len(refusal) == 1, server.log()
     assert "not serving: TURNWISE_DB_POOLER is unset" in refusal[0], server.log()
     assert "set TURNWISE_DB_POOLER=pgbouncer" in refusal[0], server.log()
+    # The message says it all: no traceback above it, uvicorn's copy of one included.
+    assert "Traceback" not in server.log(), server.log()
