@@ -123,6 +123,12 @@ class Settings:
     # Strawberry's undocumented names (backend/api/strawberry_adapter.py, under its canary):
     # TURNWISE_WS_ADAPTER=0 serves WebSockets with Strawberry's own handler, unchanged.
     ws_adapter: bool = True
+    # graphql-core's executor internals (backend/api/graphql_core_adapter.py, under its canary):
+    # TURNWISE_GRAPHQL_CORE_ADAPTER=0 executes with Strawberry's own executor, unchanged.
+    graphql_core_adapter: bool = True
+    # The MCP SDK's undocumented names (backend/api/mcp_adapter.py, under its canary):
+    # TURNWISE_MCP_ADAPTER=0 leaves tool calls to the SDK's own handler (an unknown tool: a tool error).
+    mcp_adapter: bool = True
     # Reach (backend/services/reach.py): a person is told of a pending action still open after
     # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
     # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. An ask
@@ -205,6 +211,8 @@ class Settings:
             access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
             ws_compression=os.environ.get("TURNWISE_WS_COMPRESSION", "") in ("1", "true", "yes"),
             ws_adapter=_switch("TURNWISE_WS_ADAPTER"),
+            graphql_core_adapter=_switch("TURNWISE_GRAPHQL_CORE_ADAPTER"),
+            mcp_adapter=_switch("TURNWISE_MCP_ADAPTER"),
         )
 
     def scale_out_problem(self) -> str | None:

@@ -213,6 +213,7 @@ def create_app(
             max_depth=settings.max_query_depth,
             max_bytes=settings.max_query_bytes,
             adapter=settings.ws_adapter,
+            plain_fields=settings.graphql_core_adapter,
         ),
         graphql_ide="graphiql",
         allowed_origins=settings.allowed_origins,

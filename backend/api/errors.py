@@ -9,6 +9,7 @@ import uuid
 from graphql.error import GraphQLError
 from strawberry.extensions import MaskErrors
 
+from backend.api import strawberry_adapter
 from backend.db.health import is_outage
 from backend.domain.errors import TurnwiseError, Unavailable
 
@@ -34,20 +35,12 @@ def _always(_: GraphQLError) -> bool:
     return True
 
 
+# Strawberry's check of a result costs more than the rest of the policy on an operation without errors
+# (`strawberry_adapter.lean_error_results`).
+@strawberry_adapter.lean_error_results
 class ErrorPolicy(MaskErrors):
-    # Made anew for every operation: the settings are the class's, not built per instance.
-    should_mask_error = staticmethod(_always)
-    error_message = "Internal error"
-
     def __init__(self) -> None:
-        self._stream_result_processed = False
-
-    def _process_result(self, result: object) -> None:
-        # Strawberry tests `result` against a runtime-checkable Protocol, which costs more than the
-        # rest of the policy on an operation without errors; an attribute read does the same.
-        errors = getattr(result, "errors", None)
-        if errors:
-            result.errors = self._process_errors(errors)  # type: ignore[attr-defined]
+        super().__init__(should_mask_error=_always, error_message="Internal error")
 
     def anonymise_error(self, error: GraphQLError) -> GraphQLError:
         original = error.original_error

@@ -7,7 +7,7 @@ but what they all send is the same:
 
 - the value yielded for one projection is one object per process (`SharedEvents.event`, keyed by what
   the value is made of), also for the snapshots that subscriptions read when they start;
-- the schema's executor (`backend/api/execution.py`) executes such a shared event once per document
+- the schema's executor (`backend/api/graphql_core_adapter.py`) executes such a shared event once per document
   and variables: the first subscription to see it executes it, every other one with the same document
   and variables takes that result as it is. Only a result without errors is kept, and only values of
   a type whose every field reads a plain attribute are shared (nothing of the subscriber's context or

@@ -6,7 +6,8 @@ Off-the-shelf agents (any MCP client) ask people through three tools whose names
 answer or decision exactly once, or wait again while the action is open). Bearer tokens as
 for GraphQL: no valid token is HTTP 401 before MCP runs; acting in a session needs its agent token or
 an admin token (with `session_id`). Every refusal is an MCP tool error (`isError`) naming the field,
-and writes nothing, except for an unknown tool: a JSON-RPC invalid-params error. A browser request
+and writes nothing, except for an unknown tool: a JSON-RPC invalid-params error (a tool error with
+`TURNWISE_MCP_ADAPTER=0`, `api/mcp_adapter.py`). A browser request
 (one with an `Origin`) must address one of this server's host names and come from the same origin or
 an allowed one (as for GraphQL WebSockets): HTTP 403 otherwise, so a page whose name was rebound to
 this machine cannot reach it.
@@ -27,10 +28,10 @@ from typing import Any, Protocol
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.exceptions import McpError
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from backend.api import mcp_adapter
 from backend.api.access import require_session_agent
 from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.browsers import BrowserRule, headers_of
@@ -301,22 +302,10 @@ class McpEndpoint:
         self.server: Server[Any, Any] = Server("turnwise", version=turnwise_version())
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
         self.server.call_tool(validate_input=False)(self._call_tool)
-        # The SDK answers every exception of a tool with a tool result; an unknown tool is a request
-        # the server cannot serve at all, so it gets the protocol's error instead.
-        tool_call = self.server.request_handlers[types.CallToolRequest]
-
-        async def known_tool(request: types.CallToolRequest) -> types.ServerResult:
-            name = request.params.name
-            if name not in TOOL_NAMES:
-                raise McpError(
-                    types.ErrorData(
-                        code=types.INVALID_PARAMS,
-                        message=f"unknown tool {name!r}: this server has {', '.join(sorted(TOOL_NAMES))}",
-                    )
-                )
-            return await tool_call(request)
-
-        self.server.request_handlers[types.CallToolRequest] = known_tool
+        # An unknown tool is a request the server cannot serve at all: the protocol's error where the
+        # adapter may give it (`backend/api/mcp_adapter.py`), else a tool error (`_call_tool`).
+        if settings.mcp_adapter:
+            mcp_adapter.refuse_unknown_tools(self.server, TOOL_NAMES)
         self.session_manager = StreamableHTTPSessionManager(app=self.server, stateless=True)
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
@@ -386,6 +375,8 @@ class McpEndpoint:
         return principal
 
     async def _call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        if name not in TOOL_NAMES:
+            return error(mcp_adapter.unknown_tool(name, TOOL_NAMES))
         try:
             principal = self._principal()
             bad = storable_paths(arguments, "")

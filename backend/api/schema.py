@@ -13,7 +13,7 @@ from strawberry.extensions.runner import SchemaExtensionsRunner
 from strawberry.schema.config import StrawberryConfig
 from strawberry.types import ExecutionContext
 
-from backend.api import strawberry_adapter
+from backend.api import graphql_core_adapter, strawberry_adapter
 from backend.api.admin import AccessMutations, AccessQueries
 from backend.api.agents import AgentMutations, AgentSubscriptions
 from backend.api.clarifications import (
@@ -22,7 +22,6 @@ from backend.api.clarifications import (
     ClarificationSubscriptions,
 )
 from backend.api.errors import document_error_code, is_expected
-from backend.api.execution import PlainFieldExecutor
 from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
@@ -134,10 +133,17 @@ class TurnwiseSchema(strawberry.Schema):
 
 
 def build_schema(
-    *, max_depth: int = 12, max_tokens: int = 5000, max_bytes: int = 64_000, adapter: bool = True
+    *,
+    max_depth: int = 12,
+    max_tokens: int = 5000,
+    max_bytes: int = 64_000,
+    adapter: bool = True,
+    plain_fields: bool = True,
 ) -> strawberry.Schema:
     """`adapter`: whether the schema may enter extension hooks through the Strawberry adapter's runner
-    (`backend/api/strawberry_adapter.py`; also off with `TURNWISE_WS_ADAPTER=0`)."""
+    (`backend/api/strawberry_adapter.py`; also off with `TURNWISE_WS_ADAPTER=0`); `plain_fields`:
+    whether it may execute with the plain-field executor (`backend/api/graphql_core_adapter.py`; also
+    off with either adapter's switch)."""
     return TurnwiseSchema(
         runner=strawberry_adapter.extensions_runner() if adapter else None,
         query=Query,
@@ -145,7 +151,7 @@ def build_schema(
         subscription=Subscription,
         config=StrawberryConfig(scalar_map={dt.datetime: DateTime}),
         # Plain attribute fields are read directly instead of through a resolver call each.
-        execution_context_class=PlainFieldExecutor,
+        execution_context_class=graphql_core_adapter.executor_class(adapter and plain_fields),
         # A factory: each operation gets its own extension state (see `backend/api/policy.py`).
         extensions=[operation_policy(max_depth=max_depth, max_tokens=max_tokens, max_bytes=max_bytes)],
     )

@@ -67,6 +67,14 @@ class Subscription:
             raise GraphQLRequestError(list(message.get("payload") or []))
         raise StopAsyncIteration
 
+    def deliver(self, message: dict[str, Any]) -> None:
+        """Queue a message the connection received for this operation (`next`, `error`, `complete`)."""
+        self._inbox.put_nowait(message)
+
+    def connection_closed(self) -> None:
+        """The connection ended: `next()` raises ConnectionError once the queued messages are read."""
+        self._inbox.put_nowait(_CLOSED)
+
     def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         return self._results()
 
@@ -140,14 +148,14 @@ class Connection:
                 if kind == "next" and self.on_result is not None:
                     self.on_result(sub.id)
                     continue
-                sub._inbox.put_nowait(message)
+                sub.deliver(message)
                 if kind in ("error", "complete"):
                     self.subscriptions.pop(sub.id, None)
         except websockets.ConnectionClosed:
             pass
         finally:
             for sub in list(self.subscriptions.values()):
-                sub._inbox.put_nowait(_CLOSED)
+                sub.connection_closed()
             self.subscriptions.clear()
 
     async def subscribe(self, query: str, variables: Mapping[str, Any] | None = None) -> Subscription:

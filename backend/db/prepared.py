@@ -215,6 +215,10 @@ class Prepared:
         """The name of this statement prepared on a connection by `begin_with` (from its SQL)."""
         return self._plan(dialect).server_name
 
+    def sql(self, dialect: Dialect) -> str:
+        """The SQL text this statement sends on `dialect` (compiled on first use)."""
+        return self._plan(dialect).sql
+
 
 # Per connection (in its pool record's `info`): the driver connection and the names `begin_with`
 # prepared on it, or None once a message that prepared one failed (whether it took is unknown; the
@@ -265,7 +269,7 @@ class _Message:
         for statement, values in self.statements:
             name = statement.server_name(dialect)
             if name not in prepared and name not in new:
-                parts.append(f"PREPARE {name} AS {statement._plan(dialect).sql}")
+                parts.append(f"PREPARE {name} AS {statement.sql(dialect)}")
                 new.append(name)
             parts.append(f"EXECUTE {name}({', '.join(values)})" if values else f"EXECUTE {name}")
         return parts, new

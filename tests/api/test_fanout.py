@@ -18,8 +18,8 @@ from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 from strawberry.types import ExecutionResult
 
 from backend import jsoncodec
-from backend.api import fanout
-from backend.api.execution import PlainFieldExecutor, plain_fields
+from backend.api import fanout, strawberry_adapter
+from backend.api.graphql_core_adapter import PlainFieldExecutor, plain_fields
 from backend.api.schema import build_schema
 
 
@@ -193,7 +193,7 @@ def test_the_oldest_shared_event_is_forgotten_first_with_its_encodings() -> None
 def test_every_field_of_the_shared_types_is_a_plain_attribute() -> None:
     # A shared event's result is the same for every subscriber only because nothing of the
     # subscriber (context, arguments) can enter it: each field reads an attribute, no resolver.
-    served = build_schema()._schema
+    served = strawberry_adapter.core_schema(build_schema())
     plain = {t.name: set(fields) for t, fields in plain_fields(served).items()}
     for name in ("SessionProjection", "PendingActionRevision"):
         object_type = served.type_map[name]

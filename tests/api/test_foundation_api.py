@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.api.client import Client, GraphQLError
+from tests.dialects import served
 from tests.servers import Server
+
+# The contract holds with every adapter off as well (Strawberry's own executor, extension runner, parse
+# cache and error check, the MCP SDK's own tool-call handler: each library's public path).
+ADAPTERS_OFF = {"TURNWISE_WS_ADAPTER": "0", "TURNWISE_GRAPHQL_CORE_ADAPTER": "0", "TURNWISE_MCP_ADAPTER": "0"}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql", "sqlite, adapters off"])
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    dialect, _, off = request.param.partition(", ")
+    with served(dialect, request, env=ADAPTERS_OFF if off else None) as srv:
+        yield srv
+
 
 TASK = "mutation($t: String!) { createTask(title: $t) { id title workflowStep primarySessionId } }"
 SESSION = """mutation($task: ID!, $p: Boolean!) { createSession(taskId: $task, isPrimary: $p) {

@@ -8,16 +8,22 @@ import datetime as dt
 import enum
 import json
 from collections.abc import AsyncGenerator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import strawberry
+from starlette.routing import Route
+from strawberry.asgi import GraphQL
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
 
-from backend.api.execution import PlainFieldExecutor
+from backend.api.app import create_app
+from backend.api.graphql_core_adapter import PlainFieldExecutor
 from backend.api.scalars import DateTime
 from backend.api.schema import build_schema
+from backend.config import Settings
 
 
 @strawberry.enum
@@ -230,5 +236,29 @@ async def test_plain_fields_skip_the_per_field_path() -> None:
     assert Counting.fields == 1  # the root field only: every Item field was completed in place
 
 
-async def test_the_served_schema_uses_it() -> None:
-    assert build_schema().execution_context_class is PlainFieldExecutor
+@pytest.mark.parametrize(
+    "off", [None, "TURNWISE_GRAPHQL_CORE_ADAPTER", "TURNWISE_WS_ADAPTER"], ids=["on", "off", "strawberry-off"]
+)
+def test_the_served_schema_uses_it_unless_switched_off(
+    off: str | None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Off (the graphql-core adapter's switch, or the Strawberry adapter's, whose names it reads), the
+    schema executes with Strawberry's own executor."""
+    for name in ("TURNWISE_GRAPHQL_CORE_ADAPTER", "TURNWISE_WS_ADAPTER"):
+        monkeypatch.delenv(name, raising=False)
+    if off is not None:
+        monkeypatch.setenv(off, "0")
+    expected = PlainFieldExecutor if off is None else StrawberryGraphQLCoreExecutionContext
+    assert build_schema().execution_context_class is expected
+    assert build_schema(plain_fields=False).execution_context_class is StrawberryGraphQLCoreExecutionContext
+    database_url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
+    assert _served_executor(replace(Settings.from_env(), database_url=database_url)) is expected
+    unadapted = Settings(database_url=database_url, graphql_core_adapter=False)
+    assert _served_executor(unadapted) is StrawberryGraphQLCoreExecutionContext
+
+
+def _served_executor(settings: Settings) -> Any:
+    app = create_app(settings)
+    (view,) = [r.endpoint for r in app.routes if isinstance(r, Route) and r.path == "/graphql"]
+    assert isinstance(view, GraphQL)
+    return view.schema.execution_context_class  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ those names were checked against. After an upgrade this fails first, and says wh
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import re
@@ -36,26 +37,31 @@ def _owner(reliance: adapter.Reliance) -> Any:
     return getattr(found, name) if name else found
 
 
-def test_the_installed_strawberry_is_the_version_the_names_were_checked_against() -> None:
-    installed = adapter.installed_versions()
-    moved = {name: found for name, found in installed.items() if found != adapter.CHECKED[name]}
-    names = "\n".join(f"  {r.owner}.{r.name} ({r.kind})" for r in adapter.RELIED_ON)
+def assert_checked_versions(module: Any, where: str, also_run: str) -> None:
+    """The canary of an adapter `module` (its `CHECKED`, `RELIED_ON`, `installed_versions()`): every
+    installed library is the version the names were checked against, else say what to re-check."""
+    installed = module.installed_versions()
+    moved = {name: found for name, found in installed.items() if found != module.CHECKED[name]}
     assert not moved, "\n".join(
-        f"{name} is {found}, but {_WHERE} was checked against {adapter.CHECKED[name]}. Re-check in "
-        f"{name} {found}'s source that these still exist and mean what {_WHERE} says they do, run this "
-        f"canary and tests/api/test_live_api.py, then set CHECKED[{name!r}] = {found!r}:\n{names}"
+        f"{name} is {found}, but {where} was checked against {module.CHECKED[name]}. Re-check in "
+        f"{name} {found}'s source that these still exist and mean what {where} says they do, run this "
+        f"canary and {also_run}, then set CHECKED[{name!r}] = {found!r}:\n"
+        + "\n".join(f"  {r.owner}.{r.name} ({r.kind})" for r in module.RELIED_ON if r.library == name)
         for name, found in moved.items()
     )
 
 
-@pytest.mark.parametrize("reliance", adapter.RELIED_ON, ids=lambda r: f"{r.owner.split(':')[-1]}.{r.name}")
-def test_each_relied_on_name_is_still_there(reliance: adapter.Reliance) -> None:
+def assert_still_there(reliance: Any, installed: dict[str, str], path: str) -> None:
+    """`reliance` (a name the adapter at `path` relies on) still exists with the shape relied on."""
     owner = _owner(reliance)
-    where = f"{reliance.library} {adapter.installed_versions()[reliance.library]}: {reliance.owner}."
-    where += f"{reliance.name} ({reliance.kind}), relied on by {_WHERE}"
+    where = f"{reliance.library} {installed[reliance.library]}: {reliance.owner}.{reliance.name} "
+    where += f"({reliance.kind}), relied on by {path}"
     if reliance.kind == "instance attribute":
         assigned = re.search(rf"self\.{reliance.name}\s*[:=]", inspect.getsource(owner.__init__))
         assert assigned, f"{where} is gone"
+        return
+    if reliance.kind == "dataclass field":
+        assert reliance.name in {f.name for f in dataclasses.fields(owner)}, f"{where} is gone"
         return
     assert hasattr(owner, reliance.name), f"{where} is gone"
     member = getattr(owner, reliance.name)
@@ -67,6 +73,19 @@ def test_each_relied_on_name_is_still_there(reliance: adapter.Reliance) -> None:
     if reliance.kind in ("coroutine", "function"):
         found = tuple(inspect.signature(member).parameters)[: len(reliance.parameters)]
         assert found == reliance.parameters, f"{where} now takes {found}, not {reliance.parameters}"
+
+
+def reliance_id(reliance: Any) -> str:
+    return f"{reliance.owner.split(':')[-1]}.{reliance.name}"
+
+
+def test_the_installed_strawberry_is_the_version_the_names_were_checked_against() -> None:
+    assert_checked_versions(adapter, _WHERE, "tests/api/test_live_api.py")
+
+
+@pytest.mark.parametrize("reliance", adapter.RELIED_ON, ids=reliance_id)
+def test_each_relied_on_name_is_still_there(reliance: adapter.Reliance) -> None:
+    assert_still_there(reliance, adapter.installed_versions(), _WHERE)
 
 
 @strawberry.type
@@ -387,3 +406,44 @@ def test_the_lean_runner_is_the_schemas_unless_switched_off(monkeypatch: pytest.
     monkeypatch.setenv("TURNWISE_WS_ADAPTER", "0")
     assert adapter.extensions_runner() is None
     assert build_schema()._turnwise_runner is None  # type: ignore[attr-defined]
+
+
+# --- the error policy's result check ---------------------------------------------------------------
+
+
+def _masking(lean: bool, monkeypatch: pytest.MonkeyPatch) -> type[MaskErrors]:
+    if lean:
+        monkeypatch.delenv("TURNWISE_WS_ADAPTER", raising=False)
+    else:
+        monkeypatch.setenv("TURNWISE_WS_ADAPTER", "0")
+
+    class Masking(MaskErrors):
+        pass
+
+    return adapter.lean_error_results(Masking)
+
+
+async def test_the_error_check_masks_what_strawberrys_masks_unless_switched_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from backend.api.errors import ErrorPolicy
+
+    lean, own = _masking(True, monkeypatch), _masking(False, monkeypatch)
+    assert lean._process_result is not MaskErrors._process_result
+    assert own._process_result is MaskErrors._process_result
+    assert ErrorPolicy._process_result is lean._process_result  # made while the adapter is on
+
+    async def outcomes(masking: type[MaskErrors]) -> list[Any]:
+        schema = strawberry.Schema(query=_HookQuery, subscription=_HookSubscription, extensions=[masking])
+        seen: list[Any] = []
+        for document in ("{ ok }", "{ boom }", "{ nope }"):
+            result = await schema.execute(document)
+            seen.append((result.data, [e.message for e in result.errors or ()]))
+        stream = await schema.subscribe("subscription { count(fail: true) }")
+        seen += [(r.data, [e.message for e in r.errors or ()]) async for r in stream]
+        return seen
+
+    expected = await outcomes(own)
+    assert "Unexpected error." in repr(expected)
+    assert "a secret" not in repr(expected)
+    assert await outcomes(lean) == expected

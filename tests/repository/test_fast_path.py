@@ -172,7 +172,7 @@ async def test_echo_logs_the_fast_paths_statements(
                 await locks.lock_sessions(conn, [session_id])
                 await _DIVIDE.rows(conn, {"by": 1})
         logged = [r.getMessage() for r in caplog.records if r.name.startswith("sqlalchemy.engine")]
-        assert any(m == _DIVIDE._plan(db.engine.sync_engine.dialect).sql for m in logged)
+        assert any(m == _DIVIDE.sql(db.engine.sync_engine.dialect) for m in logged)
         assert any(m.startswith("[turnwise fast path] [1]") for m in logged)
         if db.is_sqlite:
             assert "BEGIN IMMEDIATE" in logged

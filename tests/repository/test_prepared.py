@@ -263,7 +263,7 @@ async def test_a_lost_connection_invalidates_it_like_sqlalchemy_does(pg_url: str
 def test_an_in_list_of_the_callers_values_is_refused(db: Database) -> None:
     refused = Prepared(update(S).where(S.c.id.in_(bindparam("ids", expanding=True))).values(state="x"))
     with pytest.raises(BrokenInvariant):
-        refused._plan(db.engine.sync_engine.dialect)
+        refused.sql(db.engine.sync_engine.dialect)
 
 
 async def test_a_statement_cancelled_mid_flight_never_returns_its_connection_to_the_pool(pg_url: str) -> None:

@@ -1,5 +1,14 @@
-"""Completing plain attribute fields without graphql-core's per-field machinery.
+"""graphql-core's executor internals, which the API's executor relies on: here, and nowhere else.
 
+Checked against (`CHECKED`): graphql-core 3.3.2. The canary (`tests/api/test_graphql_core_adapter.py`)
+checks that each name of `RELIED_ON` still exists with the shape used here, and fails while the
+installed version differs from `CHECKED`, naming what to re-check. `TURNWISE_GRAPHQL_CORE_ADAPTER=0`
+(`Settings.graphql_core_adapter`; also `TURNWISE_WS_ADAPTER=0`, since the executor reads Strawberry's
+schema through `backend/api/strawberry_adapter.py`) turns it off: the schema then executes with
+Strawberry's own executor, unchanged, and shared subscription results and direct sends
+(`backend/api/fanout.py`), which need this executor, are off with it.
+
+What it is for: completing plain attribute fields without graphql-core's per-field machinery.
 Strawberry gives every field a resolver, even one that only reads an attribute, and graphql-core
 builds a path, a resolve-info object and about eight nested calls for each field and each object.
 A list of 1,000 tasks with their sessions is about 20,000 fields, which cost more than reading the
@@ -11,6 +20,26 @@ completed directly. Anything out of the ordinary (a resolver, a directive other 
 coercion failure) abandons the shortcut for that value and takes graphql-core's own path from the
 start, which reads the same attributes again (plain reads have no side effects) and reports errors
 exactly as it always did.
+
+The names, and why there is no public way: graphql-core lets a subclass of its `Executor` (public)
+be passed as the executor class, but says that "the methods used internally for executing and
+completing fields are not part of the public API". Overridden, each calling graphql-core's own for
+everything it does not shortcut: `Executor.execute_fields(self, parent_type, source_value, path,
+grouped_field_set, position_context)`, `Executor.complete_value(self, return_type,
+field_details_list, info, path, result, position_context)`, `Executor.build_per_event_executor(self,
+payload)` (a copy of the executor per subscription event; `backend/api/fanout.py` calls it too) and
+`Executor.execute_operation(self, serially)`. Called: `Executor.execute_field(self, parent_type,
+source, field_details_list, path, position_context)`, `Executor.collect_subfields(self, return_type,
+field_details_list)` (grouped fields, defer usages, and one more), `Executor.settle_in_background(self,
+awaitables)`. Read: the executor's `schema`, `operation`, `variable_values` (its `coerced` values),
+`middleware_manager` and `is_awaitable`. From `graphql.execution.collect_fields` (not exported by
+`graphql.execution`): `FieldDetailsList`, `GroupedFieldSet` and a `FieldDetails`' `node`,
+`defer_usage` and `fragment_variable_values`. And `graphql.pyutils.gather_with_cancel`, graphql-core's
+own way to await a field group's results (exported by `graphql.pyutils`, documented nowhere).
+
+What it saves, measured with the switch on and off in one process (interleaved rounds, in-process
+HTTP): the `tasks` list of 1,000 tasks with 3 sessions each (bench/api.py's query) took 1.27 to 1.37
+times as long off; a small operation (`{ __typename }`) the same either way.
 """
 
 from __future__ import annotations
@@ -20,11 +49,13 @@ import enum
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from importlib.metadata import version
+from typing import Any, cast
 
 import orjson
 from graphql import (
     ExecutionResult,
+    Executor,
     GraphQLField,
     GraphQLLeafType,
     GraphQLList,
@@ -35,16 +66,82 @@ from graphql import (
     is_leaf_type,
     is_object_type,
 )
-from graphql.execution import Executor
 from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import Path, Undefined, gather_with_cancel
-from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext
-from strawberry.schema.schema_converter import GraphQLCoreConverter
-from strawberry.types.base import StrawberryObjectDefinition
-from strawberry.types.field import StrawberryField
 
 from backend.api import strawberry_adapter
 from backend.api.fanout import SHARED
+from backend.api.strawberry_adapter import Reliance
+from backend.config import _switch
+
+# The library versions the names below were read and checked against.
+CHECKED = {"graphql-core": "3.3.2"}
+
+_EXECUTOR = "graphql.execution.executor:Executor"
+_COLLECT = "graphql.execution.collect_fields"
+
+RELIED_ON: tuple[Reliance, ...] = (
+    Reliance(
+        "graphql-core",
+        _EXECUTOR,
+        "execute_fields",
+        "function",
+        ("self", "parent_type", "source_value", "path", "grouped_field_set", "position_context"),
+    ),
+    Reliance(
+        "graphql-core",
+        _EXECUTOR,
+        "complete_value",
+        "function",
+        ("self", "return_type", "field_details_list", "info", "path", "result", "position_context"),
+    ),
+    Reliance("graphql-core", _EXECUTOR, "build_per_event_executor", "function", ("self", "payload")),
+    Reliance("graphql-core", _EXECUTOR, "execute_operation", "function", ("self", "serially")),
+    Reliance(
+        "graphql-core",
+        _EXECUTOR,
+        "execute_field",
+        "function",
+        ("self", "parent_type", "source", "field_details_list", "path", "position_context"),
+    ),
+    Reliance(
+        "graphql-core",
+        _EXECUTOR,
+        "collect_subfields",
+        "function",
+        ("self", "return_type", "field_details_list"),
+    ),
+    Reliance("graphql-core", _EXECUTOR, "settle_in_background", "function", ("self", "awaitables")),
+    Reliance("graphql-core", _EXECUTOR, "is_awaitable", "attribute"),
+    Reliance("graphql-core", _EXECUTOR, "schema", "instance attribute"),
+    Reliance("graphql-core", _EXECUTOR, "operation", "instance attribute"),
+    Reliance("graphql-core", _EXECUTOR, "variable_values", "instance attribute"),
+    Reliance("graphql-core", _EXECUTOR, "middleware_manager", "instance attribute"),
+    Reliance("graphql-core", "graphql.execution.values:VariableValues", "coerced", "attribute"),
+    Reliance("graphql-core", _COLLECT, "FieldDetailsList", "attribute"),
+    Reliance("graphql-core", _COLLECT, "GroupedFieldSet", "attribute"),
+    Reliance("graphql-core", f"{_COLLECT}:FieldDetails", "node", "attribute"),
+    Reliance("graphql-core", f"{_COLLECT}:FieldDetails", "defer_usage", "attribute"),
+    Reliance("graphql-core", f"{_COLLECT}:FieldDetails", "fragment_variable_values", "attribute"),
+    Reliance("graphql-core", "graphql.pyutils", "gather_with_cancel", "coroutine"),
+)
+
+
+def installed_versions() -> dict[str, str]:
+    return {name: version(name) for name in CHECKED}
+
+
+def switched_on() -> bool:
+    """TURNWISE_GRAPHQL_CORE_ADAPTER, read as `Settings.from_env` reads it (on unless "0", "false" or
+    "no"), and the Strawberry adapter's switch (`strawberry_adapter.switched_on`)."""
+    return _switch("TURNWISE_GRAPHQL_CORE_ADAPTER") and strawberry_adapter.switched_on()
+
+
+def executor_class(on: bool = True) -> type[Executor[Any]] | None:
+    """`PlainFieldExecutor` while `on` and switched on (read now); else None: the schema then
+    executes with Strawberry's own executor."""
+    return PlainFieldExecutor if on and switched_on() else None
+
 
 Completion = Callable[[Any], Any]
 
@@ -67,14 +164,8 @@ class Plain:
 
 
 def plain_field(field: GraphQLField) -> Plain | None:
-    definition = (field.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
-    if not isinstance(definition, StrawberryField) or field.args or field.resolve is None:
-        return None
-    if not getattr(field.resolve, "_is_default", False) or not definition.is_basic_field:
-        return None
-    if definition.default_resolver is not getattr or not definition.python_name:
-        return None
-    return Plain(attr=definition.python_name, return_type=field.type)
+    attr = strawberry_adapter.plain_attribute(field)
+    return None if attr is None else Plain(attr=attr, return_type=field.type)
 
 
 _plain_by_schema: weakref.WeakKeyDictionary[GraphQLSchema, dict[GraphQLObjectType, dict[str, Plain]]] = (
@@ -118,14 +209,6 @@ def plain_fields(schema: GraphQLSchema) -> dict[GraphQLObjectType, dict[str, Pla
                     known[named] = fields
         _plain_by_schema[schema] = known
     return known
-
-
-def _origin(object_type: GraphQLObjectType) -> type | None:
-    """The Python class of a Strawberry object type without an `is_type_of` check, else None."""
-    definition = (object_type.extensions or {}).get(GraphQLCoreConverter.DEFINITION_BACKREF)
-    if object_type.is_type_of is not None or not isinstance(definition, StrawberryObjectDefinition):
-        return None
-    return definition.origin
 
 
 def _leaf(leaf: GraphQLLeafType, non_null: bool) -> Completion:
@@ -178,7 +261,7 @@ def _object(origin: type, typename: str, entries: list[Entry], non_null: bool) -
     return complete
 
 
-class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
+class PlainFieldExecutor(strawberry_adapter.ExecutionContext):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         manager = self.middleware_manager
@@ -211,12 +294,15 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
                 # executor hands that result back as its own (`execute_operation`), building nothing.
                 self._replay = kept[1]
                 return self
-        # Shares the compiled completions; its own groups are forgotten with the event.
-        executor = super().build_per_event_executor(payload)
-        executor._completions = {}  # type: ignore[attr-defined]
-        if results is not None and key is not None:
-            executor._keep_in = (results, key)  # type: ignore[attr-defined]
+        executor = cast(PlainFieldExecutor, super().build_per_event_executor(payload))
+        executor.start_event(None if results is None or key is None else (results, key))
         return executor
+
+    def start_event(self, keep_in: tuple[dict[Any, Any], Any] | None) -> None:
+        """As the copy made for one subscription event: it shares the compiled completions, its own
+        groups are forgotten with the event, and a result to be shared is kept in `keep_in`."""
+        self._completions = {}
+        self._keep_in = keep_in
 
     def _shared_key(self) -> tuple[int, str] | None:
         """What a shared event's result depends on besides the event: the operation (its document)
@@ -297,7 +383,7 @@ class PlainFieldExecutor(StrawberryGraphQLCoreExecutionContext):
             return _shared(self.schema, ("list", item, non_null), lambda: _list(item, non_null))
         if not is_object_type(inner):
             return None
-        origin = _origin(inner)
+        origin = strawberry_adapter.object_origin(inner)
         fields = self._plain.get(inner)
         if origin is None or fields is None:
             return None
