@@ -3,16 +3,18 @@
 Events carry ids and revisions, never pending truth: a receiver re-reads the repository.
 
 The bus keeps its own registry of the local subscriptions of every channel and holds one current
-`broadcaster.Broadcast`, through which it subscribes each channel once ("pump"). A shared bus
-(redis://, postgres://) is supervised: a process-private ping channel is published every
-`ping_seconds` and must come back within `silence_seconds`; a failed or timed-out publish or
-subscribe, or a missed heartbeat, drops the Broadcast (closed best-effort, with a timeout) and builds
-a new one with bounded backoff, resubscribes every channel in use and proves a round trip before it
-reports itself connected again. Local subscriptions live across reconnects: their iterators never
-see the gap, except for an optional `after_gap` marker each receives once the bus is back (on it the
-live hubs re-read and send snapshots, the token cache clears, waiters re-read their bundles). A
-process back from a gap announces it on `GAP_CHANNEL`, and every other process delivers the same
-markers: what the returning process could not publish never reached them either.
+`Link` (a `broadcaster.Broadcast`, used through its public API), through which it subscribes each
+channel once ("pump"). A shared bus (redis://, postgres://) is supervised: a process-private ping
+channel is published every `ping_seconds` and must come back within `silence_seconds`; a failed or
+timed-out publish or subscribe, a backend reporting its connection lost, or a missed heartbeat drops
+the link (closed best-effort, with a timeout) and opens a new one with bounded backoff, resubscribes
+every channel in use and proves a round trip before it reports itself connected again. Local
+subscriptions live across reconnects: their iterators never see the gap, except for an optional
+`after_gap` marker each receives once the bus is back (on it the live hubs re-read and send
+snapshots, the token cache clears, waiters re-read their bundles). A process back from a gap
+announces it on `GAP_CHANNEL`, and every other process delivers the same markers: what the
+returning process could not publish never reached them either. `follow` is the one way a service
+listens for as long as it runs: the bus resubscribes it, and its handler hears of every gap.
 While the bus is not connected a publish fails at once with `BusUnavailable` (nothing was sent);
 an attempted publish that fails or outlasts `publish_seconds` raises (it may have reached the broker).
 A `namespace` prefixes every channel's name at the broker (`names.namespace_prefix`).
@@ -21,24 +23,24 @@ A `namespace` prefixes every channel's name at the broker (`names.namespace_pref
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from broadcaster import Broadcast
-from broadcaster._backends.base import BroadcastBackend
-from broadcaster._base import Event as BroadcastEvent
+from broadcaster import BroadcastBackend, Event
 
 from backend import faults, jsoncodec, metrics
 from backend.background import stop_tasks
+from backend.bus.follow import Handler, follow
+from backend.bus.link import CLOSE_SECONDS, Link, scheme
 from backend.bus.names import namespace_prefix
+from backend.bus.outbox import BusUnavailable, Outbox
 from backend.domain.ids import new_id
 
 log = logging.getLogger("turnwise.events")
@@ -55,22 +57,14 @@ class MissingBusBackend(RuntimeError):
     """The bus URL names a backend whose client package is not installed."""
 
 
-class BusUnavailable(ConnectionError):
-    """The bus is not connected right now: nothing was sent, so nothing can have been delivered."""
-
-
 class BusState(StrEnum):
     DISCONNECTED = "disconnected"
     CONNECTED = "connected"
     RECONNECTING = "reconnecting"
 
 
-def _scheme(url: str) -> str:
-    return url.split(":", 1)[0].split("+", 1)[0]
-
-
 def _require_backend(url: str) -> None:
-    if _scheme(url) in ("redis", "rediss"):
+    if scheme(url) in ("redis", "rediss"):
         try:
             import redis.asyncio  # noqa: F401
         except ImportError as exc:
@@ -80,66 +74,12 @@ def _require_backend(url: str) -> None:
             ) from exc
 
 
-def _backend_for(url: str) -> BroadcastBackend:
-    scheme = _scheme(url)
-    if scheme in ("postgres", "postgresql"):
-        from backend.bus.postgres import PostgresBus
-
-        return PostgresBus(url)
-    if scheme in ("redis", "rediss"):
-        from backend.bus.redis_backend import RedisBus
-
-        return RedisBus(url)
-    # Anything else broadcaster knows (memory://) is built by broadcaster itself.
-    return Broadcast(url)._backend
-
-
-class _Broadcast(Broadcast):
-    """broadcaster's Broadcast, whose listener hands every message to the bus's registry as it
-    arrives (no queue of its own in between, so a subscription made after a message was dispatched
-    never receives it) and reports a failing backend instead of dying silently."""
-
-    def __init__(
-        self,
-        backend: BroadcastBackend,
-        on_event: Callable[[_Broadcast, BroadcastEvent], None],
-        on_error: Callable[[_Broadcast, Exception], None],
-    ) -> None:
-        super().__init__(backend=backend)
-        self._on_event = on_event
-        self._on_error = on_error
-
-    async def _listener(self) -> None:
-        try:
-            while True:
-                self._on_event(self, await self._backend.next_published())
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - reported to the bus's supervisor
-            self._on_error(self, exc)
-
-
 @dataclass(eq=False)
 class _Local:
     """One local subscription: its queue of raw messages and the marker it wants after a gap."""
 
     queue: asyncio.Queue[str | dict[str, Any]] = field(default_factory=asyncio.Queue)
     after_gap: str | None = None
-
-
-@dataclass(eq=False)
-class _Outgoing:
-    """Messages queued for publication, with the future of a caller waiting for them (None: posted)."""
-
-    messages: list[tuple[str, str]]
-    done: asyncio.Future[None] | None
-    what: str
-
-
-# At most this many messages per batch the sender publishes (one pipelined round trip on Redis).
-SEND_BATCH = 500
-# How long closing a dropped connection may take (a paused broker answers nothing).
-CLOSE_SECONDS = 1.0
 
 
 @dataclass(eq=False)
@@ -178,8 +118,7 @@ class EventBus:
         self.last_failure: str | None = None
         # When the bus was last found lost (wall clock): subscribers re-read what changed since.
         self.lost_at: dt.datetime | None = None
-        self._broadcast: Broadcast | None = None
-        self._backend: BroadcastBackend | None = None
+        self._link: Link | None = None
         self._channels: dict[str, _Channel] = {}
         self._failed = asyncio.Event()
         self._pong = asyncio.Event()
@@ -187,12 +126,7 @@ class EventBus:
         self._ping_channel = f"{PING_CHANNEL}.{new_id()}"
         self._supervisor: asyncio.Task[None] | None = None
         self._closing: set[asyncio.Task[None]] = set()
-        self._outbox: collections.deque[_Outgoing] = collections.deque()
-        self._outbox_ready = asyncio.Event()
-        self._sender: asyncio.Task[None] | None = None
-        self._unsent = 0
-        self._drained = asyncio.Event()
-        self._drained.set()
+        self._outbox = Outbox(self._send)
         if self.shared:
             for permanent in (self._ping_channel, GAP_CHANNEL):
                 self._channels[permanent] = _Channel(permanent, permanent=True)
@@ -205,8 +139,8 @@ class EventBus:
 
     @property
     def backend(self) -> BroadcastBackend | None:
-        """The broadcaster backend in use now (None while reconnecting)."""
-        return self._backend
+        """Our broadcaster backend in use now (None while reconnecting, and on memory://)."""
+        return None if self._link is None else self._link.backend
 
     def status(self) -> dict[str, Any]:
         """For `/readyz`: the bus state and how often it came back."""
@@ -218,15 +152,11 @@ class EventBus:
 
     # --- connect / disconnect -----------------------------------------------------------------
 
-    def _new(self) -> tuple[Broadcast, BroadcastBackend]:
-        backend = _backend_for(self.url)
-        return _Broadcast(backend, self._deliver, self._listener_failed), backend
-
     def _broker(self, channel: str) -> str:
         return self._prefix + channel
 
-    def _deliver(self, broadcast: Broadcast, event: BroadcastEvent) -> None:
-        if broadcast is not self._broadcast:
+    def _deliver(self, link: Link, event: Event) -> None:
+        if link is not self._link:
             return  # a dropped connection's leftovers
         name, prefix = event.channel, self._prefix
         if not name.startswith(prefix):
@@ -252,90 +182,73 @@ class EventBus:
         for local in channel.locals:
             local.queue.put_nowait(message)
 
-    def _listener_failed(self, broadcast: Broadcast, exc: Exception) -> None:
-        self._fail(broadcast, f"listener failed: {exc!r}")
-
     async def connect(self) -> None:
         """The first connection: fails (raises) when the bus cannot be reached now."""
         if self.state != BusState.DISCONNECTED:
             return
-        broadcast, backend = self._new()
+        link = Link(self.url, self._fail)
         try:
-            await self._open(broadcast, backend)
+            await self._open(link)
         except BaseException:
             self._drop()
-            await self._close(broadcast, backend)
+            await link.close()
             raise
         self._set_state(BusState.CONNECTED)
         if self.shared:
-            self._supervisor = asyncio.create_task(self._supervise())
+            self._supervisor = asyncio.create_task(self._supervise(), name="turnwise-bus-supervisor")
 
     async def disconnect(self) -> None:
         # What was posted before the shutdown still goes out, within the publish bound.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.publish_seconds):
-                await self._drained.wait()
-        await stop_tasks([self._sender, self._supervisor], log, "bus task")
-        self._sender = self._supervisor = None
-        broadcast, backend = self._broadcast, self._backend
+        await self._outbox.stop(self.publish_seconds)
+        await stop_tasks([self._supervisor], log, "bus task")
+        self._supervisor = None
+        link = self._link
         self._drop()
         self._set_state(BusState.DISCONNECTED)
-        if broadcast is not None and backend is not None:
-            self._close_later(broadcast, backend)
+        if link is not None:
+            self._close_later(link)
         if self._closing:  # each close is bounded; one that swallowed its cancellation is not awaited
             await asyncio.wait(list(self._closing), timeout=2 * CLOSE_SECONDS)
         for task in list(self._closing):
             task.cancel()
 
-    async def _open(self, broadcast: Broadcast, backend: BroadcastBackend) -> None:
+    async def _open(self, link: Link) -> None:
         """Connect, subscribe every channel in use, and (shared bus) prove a round trip."""
         self._failed.clear()
         async with asyncio.timeout(self.connect_seconds if self.shared else None):
-            await broadcast.connect()
-            self._broadcast, self._backend = broadcast, backend
+            await link.connect()
+            self._link = link
             for channel in self._channels.values():
-                self._start_pump(channel, broadcast)
+                self._start_pump(channel, link)
             await asyncio.gather(*(c.ready.wait() for c in list(self._channels.values())))
-            if self.shared:
-                while not self._failed.is_set():
-                    self._pong.clear()
-                    await broadcast.publish(channel=self._broker(self._ping_channel), message="1")
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(0.25):
-                            await self._pong.wait()
-                        break
+            while self.shared and not self._failed.is_set():
+                self._pong.clear()
+                await link.publish([(self._broker(self._ping_channel), "1")])
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.25):
+                        await self._pong.wait()
+                    break
         if self._failed.is_set():
             raise ConnectionError(f"the bus failed while connecting: {self.last_failure}")
         self._last_pong = asyncio.get_running_loop().time()
 
     def _drop(self) -> None:
-        """Forget the current Broadcast: stop every pump (each will resubscribe on the next one)."""
-        self._broadcast, self._backend = None, None
+        """Forget the current link: stop every pump (each will resubscribe on the next one)."""
+        self._link = None
         for channel in self._channels.values():
             if channel.pump is not None:
                 channel.pump.cancel()
             channel.pump = None
             channel.ready = asyncio.Event()
 
-    async def _close(self, broadcast: Broadcast, backend: BroadcastBackend) -> None:
-        """Close a dropped Broadcast best-effort, within a bound (a paused broker answers nothing)."""
-        try:
-            async with asyncio.timeout(CLOSE_SECONDS):
-                try:
-                    await broadcast.disconnect()
-                except AttributeError:  # its connect failed before the listener existed
-                    await backend.disconnect()
-        except Exception as exc:  # noqa: BLE001 - the connection is gone either way
-            log.debug("dropped bus connection did not close cleanly: %r", exc)
-
-    def _close_later(self, broadcast: Broadcast, backend: BroadcastBackend) -> None:
-        task = asyncio.create_task(self._close(broadcast, backend))
+    def _close_later(self, link: Link) -> None:
+        task = asyncio.create_task(link.close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def _fail(self, broadcast: Broadcast | None, why: str) -> None:
-        """The Broadcast in use failed: the supervisor replaces it (stale reports are ignored)."""
-        if broadcast is None or broadcast is not self._broadcast or not self.shared:
+    def _fail(self, link: Link | None, why: str) -> None:
+        """The link in use failed: the supervisor replaces it (stale reports are ignored)."""
+        if link is None or link is not self._link or not self.shared:
             return
         self.last_failure = why
         if self.state == BusState.CONNECTED:
@@ -347,60 +260,42 @@ class EventBus:
     # --- supervision --------------------------------------------------------------------------
 
     async def _supervise(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             try:
                 if self.state == BusState.CONNECTED:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.ping_seconds):
-                            await self._failed.wait()
-                    if self.state == BusState.CONNECTED:
-                        broadcast = self._broadcast
-                        if broadcast is None:
-                            raise ConnectionError("no bus connection")  # never while connected
-                        try:
-                            async with asyncio.timeout(self.publish_seconds):
-                                await broadcast.publish(channel=self._broker(self._ping_channel), message="1")
-                        except Exception as exc:  # noqa: BLE001 - any failure is a lost bus
-                            self._fail(broadcast, f"heartbeat not published: {exc!r}")
-                        else:
-                            if loop.time() - self._last_pong > self.silence_seconds:
-                                self._fail(broadcast, f"no heartbeat for {self.silence_seconds:g}s")
-                    continue
-                await self._reconnect()
+                    await self._beat()
+                else:
+                    await self._reconnect()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("bus supervisor step failed", extra={"event": "bus.supervisor_failed"})
                 await asyncio.sleep(self.backoff[0])
 
+    async def _beat(self) -> None:
+        """One heartbeat: wait a period (or a failure), then ping, and check the last one came back."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.ping_seconds):
+                await self._failed.wait()
+        link = self._link
+        if self.state != BusState.CONNECTED or link is None:
+            return
+        try:
+            async with asyncio.timeout(self.publish_seconds):
+                await link.publish([(self._broker(self._ping_channel), "1")])
+        except Exception as exc:  # noqa: BLE001 - any failure is a lost bus
+            self._fail(link, f"heartbeat not published: {exc!r}")
+        else:
+            if asyncio.get_running_loop().time() - self._last_pong > self.silence_seconds:
+                self._fail(link, f"no heartbeat for {self.silence_seconds:g}s")
+
     async def _reconnect(self) -> None:
         self._set_state(BusState.RECONNECTING)
         started = time.monotonic()
-        if self._broadcast is not None and self._backend is not None:
-            self._close_later(self._broadcast, self._backend)
+        if self._link is not None:
+            self._close_later(self._link)
         self._drop()
-        delay = self.backoff[0]
-        attempts = 0
-        while True:
-            attempts += 1
-            broadcast, backend = self._new()
-            try:
-                await self._open(broadcast, backend)
-                break
-            except asyncio.CancelledError:
-                self._drop()
-                await self._close(broadcast, backend)
-                raise
-            except Exception as exc:  # noqa: BLE001 - retried with backoff until the bus is back
-                log.info(
-                    "event bus still unreachable",
-                    extra={"event": "bus.retry", "attempt": attempts, "error": repr(exc)},
-                )
-                self._drop()
-                self._close_later(broadcast, backend)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.backoff[1])
+        attempts = await self._reopen()
         self.reconnects += 1
         metrics.BUS_RECONNECTS.inc()
         self._set_state(BusState.CONNECTED)
@@ -420,6 +315,30 @@ class EventBus:
         except Exception:  # noqa: BLE001 - the next gap tells them; this process resyncs anyway
             log.warning("bus gap not announced", extra={"event": "bus.gap_unannounced"})
         self._after_gap()
+
+    async def _reopen(self) -> int:
+        """Open a new link, with backoff, until one works: how many attempts it took."""
+        delay = self.backoff[0]
+        attempts = 0
+        while True:
+            attempts += 1
+            link = Link(self.url, self._fail)
+            try:
+                await self._open(link)
+                return attempts
+            except asyncio.CancelledError:
+                self._drop()
+                await link.close()
+                raise
+            except Exception as exc:  # noqa: BLE001 - retried with backoff until the bus is back
+                log.info(
+                    "event bus still unreachable",
+                    extra={"event": "bus.retry", "attempt": attempts, "error": repr(exc)},
+                )
+                self._drop()
+                self._close_later(link)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.backoff[1])
 
     def _after_gap(self) -> None:
         """Events may have been lost: every subscription that asked for it gets its marker."""
@@ -445,20 +364,20 @@ class EventBus:
 
     # --- channels -----------------------------------------------------------------------------
 
-    def _start_pump(self, channel: _Channel, broadcast: Broadcast) -> None:
+    def _start_pump(self, channel: _Channel, link: Link) -> None:
         channel.ready = asyncio.Event()
-        channel.pump = asyncio.create_task(self._pump(channel, broadcast, channel.ready))
+        channel.pump = asyncio.create_task(self._pump(channel, link, channel.ready))
 
-    async def _pump(self, channel: _Channel, broadcast: Broadcast, ready: asyncio.Event) -> None:
-        """Holds the one broadcaster subscription of a channel (the listener delivers its messages)."""
+    async def _pump(self, channel: _Channel, link: Link, ready: asyncio.Event) -> None:
+        """Holds the one broker subscription of a channel, delivering its messages to the registry."""
         try:
-            async with broadcast.subscribe(channel=self._broker(channel.name)):
-                ready.set()
-                await asyncio.Event().wait()
+            await link.hold(self._broker(channel.name), ready, self._deliver)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - reported to the supervisor, which resubscribes
-            self._fail(broadcast, f"subscription of {channel.name} failed: {exc!r}")
+            self._fail(link, f"subscription of {channel.name} failed: {exc!r}")
+
+    # --- publishing ---------------------------------------------------------------------------
 
     async def publish(self, channel: str, event: dict[str, Any]) -> None:
         """Publish one message once everything queued before it went out; raises `BusUnavailable`
@@ -471,12 +390,12 @@ class EventBus:
         if not messages:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._enqueue(messages, done, "")
+        self._outbox.put(self._encode(messages), done, "")
         await done
 
     async def drained(self) -> None:
         """Wait until everything queued for publication so far went out (or failed)."""
-        await self._drained.wait()
+        await self._outbox.drained()
 
     def post_many(self, messages: Sequence[tuple[str, dict[str, Any]]], what: str) -> None:
         """Queue messages for publication in order and return at once: a committed write need not
@@ -484,75 +403,32 @@ class EventBus:
         batch (one pipelined round trip on Redis). A failure is logged with `what`, never raised:
         the commit already happened and clients converge on their next read."""
         if messages:
-            self._enqueue(messages, None, what)
+            self._outbox.put(self._encode(messages), None, what)
 
-    def _enqueue(
-        self, messages: Sequence[tuple[str, dict[str, Any]]], done: asyncio.Future[None] | None, what: str
-    ) -> None:
+    def _encode(self, messages: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, str]]:
         prefix = self._prefix
-        encoded = [(prefix + channel, jsoncodec.dumps(event)) for channel, event in messages]
-        self._outbox.append(_Outgoing(encoded, done, what))
-        self._outbox_ready.set()
-        self._unsent += len(encoded)
-        self._drained.clear()
-        if self._sender is None or self._sender.done():
-            self._sender = asyncio.create_task(self._send_queued())
-
-    async def _send_queued(self) -> None:
-        """The one sender: drains the outgoing queue in order, a batch at a time."""
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            while self._outbox:
-                batch: list[_Outgoing] = []
-                size = 0
-                while self._outbox and size < SEND_BATCH:
-                    item = self._outbox.popleft()
-                    batch.append(item)
-                    size += len(item.messages)
-                try:
-                    await self._send([m for item in batch for m in item.messages])
-                except Exception as exc:  # noqa: BLE001 - reported to each waiting caller, logged for posts
-                    for item in batch:
-                        if item.done is not None:
-                            if not item.done.done():
-                                item.done.set_exception(exc)
-                        elif isinstance(exc, BusUnavailable):
-                            log.warning("events not published: bus unavailable", extra={"event": item.what})
-                        else:
-                            log.error("event publication failed: %r", exc, extra={"event": item.what})
-                else:
-                    for item in batch:
-                        if item.done is not None and not item.done.done():
-                            item.done.set_result(None)
-                finally:
-                    self._unsent -= size
-                    if not self._unsent:
-                        self._drained.set()
+        return [(prefix + channel, jsoncodec.dumps(event)) for channel, event in messages]
 
     async def _send(self, encoded: list[tuple[str, str]]) -> None:
-        broadcast = self._broadcast
-        many = getattr(self._backend, "publish_many", None)
+        """Publish one batch of the outbox on the current link."""
+        link = self._link
         if not self.shared:
-            if broadcast is None:
+            if link is None:
                 raise BusUnavailable("the event bus is not connected")
-            for channel, message in encoded:
-                await broadcast.publish(channel=channel, message=message)
-                self.published += 1
+            await link.publish(encoded)
+            self.published += len(encoded)
             return
-        if broadcast is None or self.state != BusState.CONNECTED:
+        if link is None or self.state != BusState.CONNECTED:
             raise BusUnavailable(f"the event bus is {self.state.value}")
         try:
             async with asyncio.timeout(self.publish_seconds):
-                if many is not None:
-                    await many(encoded)
-                else:
-                    for channel, message in encoded:
-                        await broadcast.publish(channel=channel, message=message)
+                await link.publish(encoded)
         except Exception as exc:
-            self._fail(broadcast, f"publish failed: {exc!r}")
+            self._fail(link, f"publish failed: {exc!r}")
             raise
         self.published += len(encoded)
+
+    # --- subscribing --------------------------------------------------------------------------
 
     @asynccontextmanager
     async def subscribe(
@@ -560,7 +436,8 @@ class EventBus:
     ) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
         """Subscribe for the block. Active at the broker when this returns while the bus is
         connected; otherwise registered, and subscribed as soon as the bus is back. `after_gap`:
-        a message this subscription receives each time the bus came back after a gap."""
+        a message this subscription receives each time the bus came back after a gap. A message
+        that is not a JSON object (another publisher's, on a shared broker) is skipped."""
         await faults.hit("bus.subscribe")  # lets a test prove that nothing subscribed
         local = _Local(after_gap=None if after_gap is None else jsoncodec.dumps(after_gap))
         entry = self._channels.get(channel)
@@ -568,23 +445,17 @@ class EventBus:
             entry = self._channels[channel] = _Channel(channel)
         entry.locals.add(local)
         try:
-            broadcast = self._broadcast
-            if entry.pump is None and broadcast is not None and self.state == BusState.CONNECTED:
-                self._start_pump(entry, broadcast)
+            link = self._link
+            if entry.pump is None and link is not None and self.state == BusState.CONNECTED:
+                self._start_pump(entry, link)
             if entry.pump is not None and not entry.ready.is_set():
                 ready = entry.ready
                 try:
                     async with asyncio.timeout(self.publish_seconds if self.shared else None):
                         await ready.wait()
                 except TimeoutError:
-                    self._fail(broadcast, f"subscription of {channel} timed out")
-
-            async def events() -> AsyncIterator[dict[str, Any]]:
-                while True:
-                    message = await local.queue.get()
-                    yield jsoncodec.loads(message) if isinstance(message, str) else dict(message)
-
-            yield events()
+                    self._fail(link, f"subscription of {channel} timed out")
+            yield _events(channel, local.queue)
         finally:
             entry.locals.discard(local)
             if not entry.locals and not entry.permanent and self._channels.get(channel) is entry:
@@ -592,6 +463,31 @@ class EventBus:
                 if entry.pump is not None:
                     entry.pump.cancel()
 
+    async def follow(
+        self, channel: str, handle: Handler, *, after_gap: dict[str, Any] | None = None
+    ) -> asyncio.Task[None]:
+        """Follow `channel` for as long as the returned task runs (`follow.follow`): the bus
+        resubscribes it, and `handle` gets the `after_gap` marker after every gap."""
+        return await follow(self, channel, handle, after_gap=after_gap)
+
     @property
     def channel_count(self) -> int:
         return len(self._channels)
+
+
+async def _events(channel: str, queue: asyncio.Queue[str | dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    while True:
+        message = await queue.get()
+        if isinstance(message, dict):
+            yield dict(message)
+            continue
+        try:
+            decoded = jsoncodec.loads(message)
+        except ValueError:
+            decoded = None
+        if isinstance(decoded, dict):
+            yield decoded
+        else:
+            log.warning(
+                "bus message is not a JSON object", extra={"event": "bus.bad_message", "channel": channel}
+            )

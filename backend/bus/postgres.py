@@ -6,20 +6,22 @@ refuses payloads of 8000 bytes or more. This backend listens on one connection a
 another, each used by one operation at a time (a lock), and splits a large message into numbered
 chunks sent in one transaction (delivered together and in order), reassembled by the receiver.
 Channel names longer than a PostgreSQL identifier (63 bytes) are replaced by a stable hash. The
-connections carry `application_name` `turnwise-bus-listen` / `turnwise-bus-publish`.
+connections carry `application_name` `turnwise-bus-listen` / `turnwise-bus-publish`. A listening
+connection that ends (terminated, the server gone) is reported through `on_lost` at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
-from broadcaster._backends.base import BroadcastBackend
-from broadcaster._base import Event
+from broadcaster import BroadcastBackend, Event
 
 from backend.bus.names import bus_channel_name
 from backend.domain.ids import new_id
@@ -30,6 +32,8 @@ WHOLE_LIMIT = 7900
 CHUNK = 1900
 PARTIAL_SECONDS = 60.0
 APPLICATION = "turnwise-bus"
+
+log = logging.getLogger("turnwise.events")
 
 
 def asyncpg_url(url: str) -> str:
@@ -54,8 +58,10 @@ class _Partial:
 
 
 class PostgresBus(BroadcastBackend):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, on_lost: Callable[[str], None] | None = None) -> None:
         self._url = asyncpg_url(url)
+        self._on_lost = on_lost
+        self._closing = False
         self._listen: asyncpg.Connection | None = None
         self._publish: asyncpg.Connection | None = None
         self._listen_lock = asyncio.Lock()
@@ -68,11 +74,22 @@ class PostgresBus(BroadcastBackend):
         self._listen = await asyncpg.connect(
             self._url, server_settings={"application_name": f"{APPLICATION}-listen"}
         )
+        self._listen.add_termination_listener(self._ended)
         self._publish = await asyncpg.connect(
             self._url, server_settings={"application_name": f"{APPLICATION}-publish"}
         )
 
+    def _ended(self, _conn: Any) -> None:
+        if self._closing:
+            return
+        why = "the PostgreSQL bus's listening connection ended"
+        if self._on_lost is not None:
+            self._on_lost(why)
+        else:
+            log.warning(why)
+
     async def disconnect(self) -> None:
+        self._closing = True
         for conn in (self._listen, self._publish):
             if conn is None:
                 continue

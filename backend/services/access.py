@@ -51,31 +51,17 @@ class Access:
 
     async def start(self) -> None:
         """Follow revocations and grant changes of every process (the bus is connected)."""
-        ready = asyncio.Event()
-        self._listener = asyncio.create_task(self._listen(ready))
-        await asyncio.wait_for(ready.wait(), 10)
+        # After a bus gap (its marker is a message too) the cache is cleared: invalidations
+        # published meanwhile may have been lost.
+        self._listener = await self.deps.bus.follow(
+            ACCESS_CHANNEL, lambda _event: self.tokens.clear(), after_gap={"kind": BUS_GAP}
+        )
+        # Whatever changed before the subscription is not in the cache after this.
+        self.tokens.clear()
 
     async def stop(self) -> None:
         await stop_tasks([self._listener], log, "access listener")
         self._listener = None
-
-    async def _listen(self, ready: asyncio.Event) -> None:
-        while True:
-            try:
-                # After a bus gap (its marker is an event too) the cache is cleared: invalidations
-                # published meanwhile may have been lost.
-                async with self.deps.bus.subscribe(ACCESS_CHANNEL, after_gap={"kind": BUS_GAP}) as events:
-                    # Whatever changed while we were not subscribed is not in the cache after this.
-                    self.tokens.clear()
-                    ready.set()
-                    async for _event in events:
-                        self.tokens.clear()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("access subscription lost; resubscribing")
-                self.tokens.clear()
-                await asyncio.sleep(0.5)
 
     async def _access_changed(self, what: str) -> None:
         """After a committed revocation or grant change: no process answers from older identities."""

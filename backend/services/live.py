@@ -323,7 +323,6 @@ class LiveHub:
     _raw: list[dict[str, Any]] = field(default_factory=list)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    _subscribed: list[asyncio.Event] = field(default_factory=list)
     _gap: bool = False
     resyncs: int = 0
     # Told (pending id, session) of every bundle a process announces (`session_change`).
@@ -332,12 +331,9 @@ class LiveHub:
     # --- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        for channel, handler in ((TASK_CHANNEL, self._on_session), (SUMMARY_CHANNEL, self._on_summary)):
-            ready = asyncio.Event()
-            self._subscribed.append(ready)
-            self._tasks.append(asyncio.create_task(self._listen(channel, handler, ready)))
         self._tasks.append(asyncio.create_task(self._work()))
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self._subscribed)), 10)
+        for channel, handler in ((TASK_CHANNEL, self._on_session), (SUMMARY_CHANNEL, self._on_summary)):
+            self._tasks.append(await self.deps.bus.follow(channel, handler, after_gap={"type": BUS_GAP}))
 
     async def stop(self) -> None:
         await stop_tasks(self._tasks, log, "live hub task")
@@ -380,24 +376,6 @@ class LiveHub:
                 w.mailbox.offer(summary.task_id, summary)
 
     # --- bus ----------------------------------------------------------------------------------
-
-    async def _listen(
-        self, channel: str, handler: Callable[[dict[str, Any]], None], ready: asyncio.Event
-    ) -> None:
-        while True:
-            try:
-                async with self.deps.bus.subscribe(channel, after_gap={"type": BUS_GAP}) as events:
-                    ready.set()
-                    async for event in events:
-                        handler(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception(
-                    "bus subscription failed", extra={"event": "live.resubscribe", "channel": channel}
-                )
-                # Whatever was missed is recovered by marking nothing: clients converge on their next read.
-                await asyncio.sleep(0.5)
 
     def _on_session(self, event: dict[str, Any]) -> None:
         if event.get("type") == BUS_GAP:

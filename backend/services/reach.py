@@ -287,33 +287,18 @@ class Reach:
 
     # --- the worker -----------------------------------------------------------------------------
 
-    async def _listen(self, ready: asyncio.Event) -> None:
-        """Wake-ups from every process's asks (and this one's), for as long as the worker runs."""
-        while True:
-            try:
-                async with self.deps.bus.subscribe(WAKE_CHANNEL, after_gap={"type": BUS_GAP}) as events:
-                    # Whatever was published while not subscribed is found by the look this causes.
-                    self.look_now()
-                    ready.set()
-                    async for event in events:
-                        due = _due(event)
-                        if due is None:
-                            self.look_now()  # a bus gap (or a message this release cannot read)
-                        else:
-                            self.wake_at(due)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("notification wake-up subscription lost; resubscribing")
-                self.look_now()
-                await asyncio.sleep(float(self.settings.notify_poll_seconds))
+    def _on_wake(self, event: dict[str, Any]) -> None:
+        due = _due(event)
+        if due is None:
+            self.look_now()  # a bus gap (or a message this release cannot read)
+        else:
+            self.wake_at(due)
 
     async def _run(self) -> None:
-        ready = asyncio.Event()
-        listener = asyncio.create_task(self._listen(ready), name="turnwise-reach-wake")
+        # Wake-ups from every process's asks (and this one's); what was published before the
+        # subscription is found by the first pass below.
+        listener = await self.deps.bus.follow(WAKE_CHANNEL, self._on_wake, after_gap={"type": BUS_GAP})
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ready.wait(), 10)
             loop = asyncio.get_running_loop()
             while True:
                 self._look = False

@@ -160,9 +160,7 @@ class WaiterHub:
             (instance_channel(self.instance_id), self._on_instance_message),
             (TASK_CHANNEL, self._on_session_event),
         ):
-            ready = asyncio.Event()
-            self._tasks.append(asyncio.create_task(self._listen(channel, handler, ready)))
-            await asyncio.wait_for(ready.wait(), 10)
+            self._tasks.append(await self.deps.bus.follow(channel, handler, after_gap={"type": BUS_GAP}))
         self._tasks.append(asyncio.create_task(self._heartbeat()))
         self.started = True
         log.info("waiter hub started", extra={"event": "waiters.started", "instance_id": self.instance_id})
@@ -181,22 +179,6 @@ class WaiterHub:
                     "waiter hub could not forget its instance", extra={"event": "waiters.forget_failed"}
                 )
         self.started = False
-
-    async def _listen(self, channel: str, handler: Any, ready: asyncio.Event) -> None:
-        while True:
-            try:
-                async with self.deps.bus.subscribe(channel, after_gap={"type": BUS_GAP}) as events:
-                    ready.set()
-                    async for event in events:
-                        try:
-                            await handler(event)
-                        except Exception:
-                            log.exception("waiter hub message failed", extra={"channel": channel})
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("waiter hub subscription lost; resubscribing", extra={"channel": channel})
-                await asyncio.sleep(0.5)
 
     async def _heartbeat(self) -> None:
         while True:

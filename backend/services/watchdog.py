@@ -64,9 +64,7 @@ class Watchdogs:
     async def start(self) -> None:
         if self._listener is not None:
             return
-        ready = asyncio.Event()
-        self._listener = asyncio.create_task(self._listen(ready))
-        await asyncio.wait_for(ready.wait(), 10)
+        self._listener = await self.deps.bus.follow(TASK_CHANNEL, self._on_event)
 
     async def stop(self) -> None:
         """Shutdown cancels every phase of every watchdog, including in-flight fallback work."""
@@ -75,19 +73,6 @@ class Watchdogs:
         if self._listener is not None:
             await stop_tasks([self._listener], log, "watchdog listener")
             self._listener = None
-
-    async def _listen(self, ready: asyncio.Event) -> None:
-        while True:
-            try:
-                async with self.deps.bus.subscribe(TASK_CHANNEL) as events:
-                    ready.set()
-                    async for event in events:
-                        self._on_event(event)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("watchdog subscription lost; resubscribing")
-                await asyncio.sleep(0.5)
 
     def _on_event(self, event: dict[str, Any]) -> None:
         session_id = str(event.get("session_id"))

@@ -6,6 +6,7 @@ the outage fails instead of hanging."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from backend.bus import BUS_GAP, BusState, BusUnavailable, EventBus
 from backend.bus.postgres import PostgresBus, encode
@@ -125,6 +127,53 @@ async def test_a_subscription_outlives_a_bus_outage_and_hears_of_the_gap(
 
 async def _async(value: Any) -> Any:
     return value
+
+
+@pytest.fixture(params=["redis", "postgres"])
+def pg_or_redis(request: pytest.FixtureRequest) -> str | None:
+    """None: a Redis of the test's own; else the PostgreSQL database the bus runs on."""
+    return str(request.getfixturevalue("pg_url")) if request.param == "postgres" else None
+
+
+async def test_a_backend_reports_its_lost_listening_connection_and_the_bus_reconnects(
+    pg_or_redis: str | None,
+) -> None:
+    """Only the listening connection ends (the broker stays up, publishes go on) and the heartbeat's
+    silence bound is far off: the backend's own report is all that can tell the bus."""
+    async with contextlib.AsyncExitStack() as stack:
+        if pg_or_redis is None:
+            url = stack.enter_context(redis_process()).url
+
+            async def cut() -> None:
+                client = Redis.from_url(url)
+                try:
+                    assert await client.client_kill_filter(_type="pubsub") >= 1
+                finally:
+                    await client.aclose()
+
+        else:
+            pg_url, url = pg_or_redis, pg_bus_url(pg_or_redis)
+
+            async def cut() -> None:
+                assert await terminate_bus_listeners(pg_url) >= 1
+
+        bus = EventBus(url, ping_seconds=0.3, silence_seconds=600, publish_seconds=1.0)
+        await bus.connect()
+        stack.push_async_callback(bus.disconnect)
+        got: list[dict[str, Any]] = []
+        events = await stack.enter_async_context(bus.subscribe("t.cut", after_gap={"type": BUS_GAP}))
+
+        async def collect() -> None:
+            async for e in events:
+                got.append(e)
+
+        reader = asyncio.create_task(collect())
+        stack.callback(reader.cancel)
+        await cut()
+        await eventually(lambda: _async(bus.reconnects >= 1 and bus.connected), what="reconnected")
+        await eventually(lambda: _async({"type": BUS_GAP} in got), what="gap marker")
+        await bus.publish("t.cut", {"n": 1})
+        await eventually(lambda: _async({"n": 1} in got), what="an event after the gap")
 
 
 async def test_the_postgres_bus_takes_concurrent_and_large_messages_and_long_channel_names(
