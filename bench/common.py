@@ -112,6 +112,7 @@ class ServerProcess:
     log_path: Path = field(default_factory=lambda: Path(tempfile.mkstemp(prefix="bench-server-")[1]))
     ready_seconds: float = 30
     stop_seconds: float = 15
+    cwd: str | None = None  # where the server starts (another checkout's code runs from its own)
 
     @property
     def base_url(self) -> str:
@@ -122,6 +123,7 @@ class ServerProcess:
             return subprocess.Popen(
                 [sys.executable, "-m", *self.args, "--port", str(self.port)],
                 env={**os.environ, **self.env},
+                cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )

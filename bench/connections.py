@@ -28,8 +28,9 @@ Targets at the largest N (10,000): <= 40 KB per idle connection and last-notifie
 within 1.5x of the floor's; every connection notified; statements per ask not growing with N.
 `python -m bench connections`; TURNWISE_CONN_ONLY ("floor" or "turnwise": one server only, no
 targets), TURNWISE_CONN_OPEN_CONCURRENCY (handshakes in flight, 64), TURNWISE_CONN_PROFILE (a path
-prefix: py-spy records the Turnwise server over the rounds, raw collapsed stacks). Results:
-bench/results/connections.json.
+prefix: py-spy records the Turnwise server over the rounds, raw collapsed stacks),
+TURNWISE_CONN_SETTINGS (comma-separated `NAME=VALUE` settings for the Turnwise server: a speed switch
+turned off, say, measured against a run without it). Results: bench/results/connections.json.
 Everything listens on 127.0.0.1; the open-files limit is raised to its hard limit first (the servers
 and the client inherit it).
 """
@@ -383,6 +384,11 @@ async def serving(kind: str) -> AsyncIterator[Server]:
             "TURNWISE_DATABASE_URL": url,
             "TURNWISE_BROADCAST_URL": os.environ.get("TURNWISE_CONN_BROADCAST_URL", "memory://"),
         }
+        for entry in filter(
+            None, (e.strip() for e in os.environ.get("TURNWISE_CONN_SETTINGS", "").split(","))
+        ):
+            name, _, value = entry.partition("=")
+            env[name] = value
         server = Server("turnwise", ["backend.cli", "serve"], env)
     try:
         await server.start()

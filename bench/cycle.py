@@ -490,8 +490,11 @@ def broadcast_url(dialect: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def serving(kind: str, dialect: str, workers: int, pool: int = POOL_SIZE) -> AsyncIterator[Process]:
-    """A server of the line-up on a fresh database; on PostgreSQL with a pool of `pool` (per worker)."""
+async def serving(
+    kind: str, dialect: str, workers: int, pool: int = POOL_SIZE, settings: dict[str, str] | None = None
+) -> AsyncIterator[Process]:
+    """A server of the line-up on a fresh database; on PostgreSQL with a pool of `pool` (per worker);
+    `settings`: more environment for a Turnwise server (a speed switch turned off, say)."""
     url = await asyncio.to_thread(fresh_database, dialect)
     if kind == "floor":
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -505,8 +508,10 @@ async def serving(kind: str, dialect: str, workers: int, pool: int = POOL_SIZE) 
         }
         if dialect == "postgresql":
             env["TURNWISE_DB_POOL_SIZE"] = str(pool)
+        env.update(settings or {})
+        cwd = env.pop(BASELINE_CWD, None)
         args = ["backend.cli", "serve", *(["--workers", str(workers)] if workers > 1 else [])]
-        server = Process("turnwise", args, env, database_url=url)
+        server = Process("turnwise", args, env, database_url=url, cwd=cwd)
     try:
         await server.start()
         yield server
@@ -814,15 +819,46 @@ async def open_graph_load(database_url: str, graph: Any, agents: int, warmup: fl
     return load
 
 
-RUNS = (
-    # (label, server kind, dialect, workers, cycle); kind "langgraph" is in-process, no server
-    ("floor pg", "floor", "postgresql", 1, CLARIFICATION_CYCLE),
-    ("langgraph pg", "langgraph", "postgresql", 1, CLARIFICATION_CYCLE),
-    ("turnwise pg+redis", "turnwise", "postgresql", 1, CLARIFICATION_CYCLE),
-    ("turnwise pg+redis approvals", "turnwise", "postgresql", 1, APPROVAL_CYCLE),
-    ("turnwise pg+redis 2 workers", "turnwise", "postgresql", 2, CLARIFICATION_CYCLE),
-    ("turnwise sqlite", "turnwise", "sqlite", 1, CLARIFICATION_CYCLE),
+Run = tuple[str, str, str, int, CycleKind, dict[str, str]]
+# A run's setting that is no environment variable: the folder its server starts in.
+BASELINE_CWD = "cwd"
+RUNS: tuple[Run, ...] = (
+    # (label, server kind, dialect, workers, cycle, settings); kind "langgraph" is in-process
+    ("floor pg", "floor", "postgresql", 1, CLARIFICATION_CYCLE, {}),
+    ("langgraph pg", "langgraph", "postgresql", 1, CLARIFICATION_CYCLE, {}),
+    ("turnwise pg+redis", "turnwise", "postgresql", 1, CLARIFICATION_CYCLE, {}),
+    ("turnwise pg+redis approvals", "turnwise", "postgresql", 1, APPROVAL_CYCLE, {}),
+    ("turnwise pg+redis 2 workers", "turnwise", "postgresql", 2, CLARIFICATION_CYCLE, {}),
+    ("turnwise sqlite", "turnwise", "sqlite", 1, CLARIFICATION_CYCLE, {}),
 )
+
+
+def baseline_runs(checkout: str) -> tuple[Run, ...]:
+    """TURNWISE_CYCLE_BASELINE: another checkout of Turnwise (an earlier commit, say, made with `git
+    worktree add`) whose server runs beside this one's in the same windows, from its own code and
+    this environment's packages, labelled `turnwise pg+redis baseline`."""
+    if not checkout:
+        return ()
+    root = Path(checkout).resolve()
+    if not (root / "backend" / "cli.py").is_file():
+        raise SystemExit(f"TURNWISE_CYCLE_BASELINE: {checkout!r} is not a Turnwise checkout")
+    settings = {"PYTHONPATH": str(root), BASELINE_CWD: str(root)}
+    return (("turnwise pg+redis baseline", "turnwise", "postgresql", 1, CLARIFICATION_CYCLE, settings),)
+
+
+def switch_runs(spec: str) -> tuple[Run, ...]:
+    """TURNWISE_CYCLE_SWITCHES: comma-separated `NAME=VALUE` settings (`TURNWISE_DB_FAST_PATH=0`,
+    ...); each adds the Turnwise PostgreSQL + Redis run with that setting, labelled with it, to the
+    line-up, so a speed mechanism is measured on and off in the same windows."""
+    runs = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        name, sep, value = entry.partition("=")
+        if not sep or not name.startswith("TURNWISE_"):
+            raise SystemExit(f"TURNWISE_CYCLE_SWITCHES: {entry!r} is not TURNWISE_NAME=VALUE")
+        runs.append(
+            (f"turnwise pg+redis {entry}", "turnwise", "postgresql", 1, CLARIFICATION_CYCLE, {name: value})
+        )
+    return tuple(runs)
 
 
 async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds: int) -> dict[str, Any]:
@@ -830,11 +866,18 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
     skipped: dict[str, str] = {}
     only = os.environ.get("TURNWISE_CYCLE_ONLY", "")
     no_langgraph = langgraph_cycle.missing()
+    runs = (
+        RUNS
+        + baseline_runs(os.environ.get("TURNWISE_CYCLE_BASELINE", ""))
+        + switch_runs(os.environ.get("TURNWISE_CYCLE_SWITCHES", ""))
+    )
 
-    def lineup(agents: int) -> list[tuple[str, str, str, int, CycleKind]]:
+    def lineup(agents: int) -> list[Run]:
         """The runs at `agents`: those chosen; more than 1 worker only at the largest count."""
         return [
-            run for run in RUNS if chosen(run[0], only) and not (run[3] > 1 and agents != max(agent_counts))
+            run
+            for run in runs
+            if chosen(run[0], only, runs) and not (run[3] > 1 and agents != max(agent_counts))
         ]
 
     # One pool size for every run at every agent count, from the largest line-up (the 2 workers'),
@@ -842,7 +885,7 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
     budget = await pool_budget(
         [
             (label, kind, dialect, workers)
-            for label, kind, dialect, workers, _ in lineup(max(agent_counts))
+            for label, kind, dialect, workers, _, _ in lineup(max(agent_counts))
             if not (kind == "langgraph" and no_langgraph)
         ]
     )
@@ -857,7 +900,7 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
         selected = lineup(agents)
         async with contextlib.AsyncExitStack() as stack:
             loads: list[tuple[str, Load | GraphLoad]] = []
-            for label, kind, dialect, workers, cycle in selected:
+            for label, kind, dialect, workers, cycle, settings in selected:
                 load: Load | GraphLoad
                 if kind == "langgraph":
                     if no_langgraph:
@@ -868,7 +911,9 @@ async def run_all(seconds: float, warmup: float, agent_counts: list[int], rounds
                     url, graph = await stack.enter_async_context(graph_serving(budget.pool))
                     load = await open_graph_load(url, graph, agents, warmup)
                 else:
-                    server = await stack.enter_async_context(serving(kind, dialect, workers, budget.pool))
+                    server = await stack.enter_async_context(
+                        serving(kind, dialect, workers, budget.pool, settings)
+                    )
                     load = await open_load(server, dialect, agents, warmup, cycle)
                 stack.push_async_callback(load.close)
                 loads.append((label, load))
@@ -905,12 +950,12 @@ def compare(results: dict[str, dict[int, dict[str, Any]]], agents: int) -> None:
                 runs[agents][f"cycles_per_s_vs_{name}"] = round(ratio, 2)
 
 
-def chosen(label: str, only: str) -> bool:
+def chosen(label: str, only: str, runs: tuple[Run, ...] = RUNS) -> bool:
     """TURNWISE_CYCLE_ONLY: comma-separated; an entry that is a whole label picks that run alone,
     any other entry every run whose label contains it."""
     if not only:
         return True
-    labels = {run[0] for run in RUNS}
+    labels = {run[0] for run in runs}
     return any(label == entry if entry in labels else entry in label for entry in only.split(","))
 
 
