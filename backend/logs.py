@@ -90,7 +90,7 @@ def _value(value: object) -> str:
 
 
 class FieldsFormatter(logging.Formatter):
-    """`... clarification asked event=clarification.asked pending_id=p1 session_id=s1`."""
+    """`... pending action asked event=pending.asked kind=clarification pending_id=p1`."""
 
     _second: int | None = None
     _stamp = ""

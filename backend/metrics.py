@@ -1,5 +1,6 @@
-"""Prometheus metrics (`/metrics`): request and operation latency, clarification counters, live gauges,
-and the statements and transactions this process sent to the database.
+"""Prometheus metrics (`/metrics`): request and operation latency, pending-action counters (by kind,
+and the clarification-only ones), live gauges, and the statements and transactions this process sent
+to the database.
 
 With `turnwise serve --workers N` the server runs prometheus-client's multiprocess mode
 (PROMETHEUS_MULTIPROC_DIR, set by the command before the workers start): any worker's `/metrics` then
@@ -45,22 +46,46 @@ OPERATIONS = Histogram(
     ["type", "field"],
     buckets=LATENCY_BUCKETS,
 )
+# Clarifications only (their names say so); the pending-action counters below count every kind.
 ASKS = Counter("turnwise_clarification_asks", "askClarification calls that yielded ClarificationAsked.")
 LIVE_ANSWERS = Counter(
     "turnwise_clarification_live_answers", "Answers and skips delivered to a waiting agent on its live wait."
 )
 DETACHES = Counter("turnwise_clarification_detaches", "Waits that ended with ClarificationDetached.")
-RESUME_OUTCOMES = Counter(
-    "turnwise_resume_outcomes",
-    "respondToClarification deliveries beyond the live wait: resumed (a detached answer reached its "
-    "agent), retryable_failure / final_failure (ClarificationDeliveryFailed, live hand-off or resume).",
-    ["outcome"],
-)
 CONFLICTS = Counter(
     "turnwise_clarification_conflicts", "respondToClarification conflicts by reason.", ["reason"]
 )
+PENDING_ASKS = Counter(
+    "turnwise_pending_action_asks",
+    "Asks that yielded Asked (askClarification, askPermission), by kind of pending action.",
+    ["kind"],
+)
+PENDING_LIVE_ANSWERS = Counter(
+    "turnwise_pending_action_live_answers",
+    "Responses (answers, skips, decisions) delivered to a waiting agent on its live wait, by kind.",
+    ["kind"],
+)
+PENDING_DETACHES = Counter(
+    "turnwise_pending_action_detaches", "Waits that ended detached, by kind of pending action.", ["kind"]
+)
+PENDING_CONFLICTS = Counter(
+    "turnwise_pending_action_conflicts",
+    "Responds refused by the pending action's state (respondToClarification, respondToPermission), "
+    "by kind and reason.",
+    ["kind", "reason"],
+)
+RESUME_OUTCOMES = Counter(
+    "turnwise_resume_outcomes",
+    "Responds delivered beyond the live wait, by kind of pending action: resumed (a detached answer "
+    "reached its agent), retryable_failure / final_failure (ClarificationDeliveryFailed, live hand-off "
+    "or resume).",
+    ["kind", "outcome"],
+)
 LIVE_WAITERS = Gauge(
-    "turnwise_live_waiters", "Agents waiting on askClarification right now.", multiprocess_mode="livesum"
+    "turnwise_live_waiters",
+    "Agents waiting on askClarification or askPermission right now, by kind of pending action.",
+    ["kind"],
+    multiprocess_mode="livesum",
 )
 SUBSCRIBERS = Gauge(
     "turnwise_subscribers",

@@ -23,9 +23,9 @@ from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Answered, Asked, validate_questions
 from backend.repository import claims, locks, tasks, turns
 from backend.repository import clarifications as repo
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from bench.common import fresh_database, pct, write_result
 
 SESSIONS = 50
@@ -56,7 +56,7 @@ async def _sessions(services: Services) -> list[str]:
 async def _service_round(services: Services, session_ids: list[str]) -> tuple[list[float], float]:
     streams = []
     for sid in session_ids:
-        stream = services.clarifications.ask(sid, [QUESTION], None)
+        stream = services.pending.ask(sid, [QUESTION], None)
         asked = await stream.__anext__()
         assert isinstance(asked, Asked)
         streams.append((stream, asked.bundle.pending_id))
@@ -66,7 +66,7 @@ async def _service_round(services: Services, session_ids: list[str]) -> tuple[li
 
     async def one(pending_id: str, wait: asyncio.Future[Any]) -> None:
         start = time.perf_counter()
-        await services.clarifications.respond(pending_id, ANSWER, rejected=False, authorize=trusted)
+        await services.pending.respond(pending_id, ANSWER, rejected=False, authorize=trusted)
         outcome = await wait
         assert isinstance(outcome, Answered)
         latencies.append(time.perf_counter() - start)
@@ -145,15 +145,13 @@ async def _operation_counts(services: Services, db: Database, counter: Counter) 
     best: dict[str, int] = {}
     for _ in range(3):
         tx, st = counter.transactions, db.statements
-        stream = services.clarifications.ask(session.id, [QUESTION], None)
+        stream = services.pending.ask(session.id, [QUESTION], None)
         asked = await stream.__anext__()
         assert isinstance(asked, Asked)
         ask = {"ask_transactions": counter.transactions - tx, "ask_statements": db.statements - st}
         wait = asyncio.ensure_future(stream.__anext__())
         tx, st = counter.transactions, db.statements
-        await services.clarifications.respond(
-            asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted
-        )
+        await services.pending.respond(asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted)
         assert isinstance(await wait, Answered)
         respond = {
             "respond_transactions": counter.transactions - tx,
@@ -174,12 +172,12 @@ async def _cycle_counts(services: Services, db: Database, counter: Counter) -> t
     await services.summaries.refresh([task.id])
     await asyncio.sleep(0.5)
     tx, st = counter.transactions, db.statements
-    stream = services.clarifications.ask(session.id, [QUESTION], None)
+    stream = services.pending.ask(session.id, [QUESTION], None)
     asked = await stream.__anext__()
     assert isinstance(asked, Asked)
     wait = asyncio.ensure_future(stream.__anext__())
     await asyncio.sleep(0.3)  # the ask's events reach the projector before the answer
-    await services.clarifications.respond(asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted)
+    await services.pending.respond(asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted)
     assert isinstance(await wait, Answered)
     await stream.aclose()
     await asyncio.sleep(0.5)
@@ -202,15 +200,13 @@ async def run() -> dict[str, Any]:
         session_ids = await _sessions(services)
 
         # Transactions one live respond costs, measured alone: respond + the waiter's confirmation.
-        stream = services.clarifications.ask(session_ids[0], [QUESTION], None)
+        stream = services.pending.ask(session_ids[0], [QUESTION], None)
         asked = await stream.__anext__()
         assert isinstance(asked, Asked)
         wait = asyncio.ensure_future(stream.__anext__())
         await asyncio.sleep(0.01)
         before_tx, before_st = counter.transactions, db.statements
-        await services.clarifications.respond(
-            asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted
-        )
+        await services.pending.respond(asked.bundle.pending_id, ANSWER, rejected=False, authorize=trusted)
         await wait
         tx_per_respond = counter.transactions - before_tx
         statements_per_respond = db.statements - before_st

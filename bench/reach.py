@@ -44,7 +44,7 @@ async def _session(services: Services) -> tuple[str, str]:
 
 async def _ask_once(services: Services, session_id: str) -> float:
     started = time.perf_counter()
-    stream = services.clarifications.ask(session_id, [QUESTION], None, 0.001)
+    stream = services.pending.ask(session_id, [QUESTION], None, 0.001)
     asked = await stream.__anext__()
     elapsed = time.perf_counter() - started
     assert isinstance(asked, Asked)
@@ -110,7 +110,7 @@ async def outbox_rate(db: Database) -> dict[str, Any]:
             _, session_id = await _session(services)
             # 1,000 open questions (each asked, detached at once), notified after the worker starts.
             for _ in range(PUSHES):
-                stream = services.clarifications.ask(
+                stream = services.pending.ask(
                     session_id, [dict(QUESTION, prompt=f"Ship it? {_}")], None, 0.001
                 )
                 await stream.__anext__()

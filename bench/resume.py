@@ -17,9 +17,9 @@ from backend.db.engine import Database, utcnow
 from backend.db.tables import task_session_messages, task_session_turns, task_sessions, tasks
 from backend.domain.lifecycle import Answer, Detached
 from backend.repository import message_fields, reservations
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from bench.common import fresh_database, median, pct, run, write_result
 
 ANSWERS = 300
@@ -57,7 +57,7 @@ async def bench_dispatch(dialect: str) -> dict[str, Any]:
         await ready.wait()
         samples: list[float] = []
         for i in range(ANSWERS + 20):
-            stream = services.clarifications.ask(
+            stream = services.pending.ask(
                 session.id, [{"prompt": f"Q{i}?", "options": [{"label": "a"}, {"label": "b"}]}], None, 0.001
             )
             asked = await stream.__anext__()
@@ -65,7 +65,7 @@ async def bench_dispatch(dialect: str) -> dict[str, Any]:
             await stream.aclose()
             pending_id = asked.bundle.pending_id  # type: ignore[union-attr]
             start = time.perf_counter()
-            result = await services.clarifications.respond(
+            result = await services.pending.respond(
                 pending_id, [Answer("q1", ("q1_opt1",), None)], rejected=False, authorize=trusted
             )
             elapsed = time.perf_counter() - start

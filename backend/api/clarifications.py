@@ -21,8 +21,8 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant, NotFound
 from backend.domain.lifecycle import ConflictReason
 from backend.domain.states import ClarificationStatus, PendingActionKind
-from backend.services.bundles import Authorize
-from backend.services.clarifications import TaskAdvanceBlocked as AdvanceBlocked
+from backend.services.pending.actions import TaskAdvanceBlocked as AdvanceBlocked
+from backend.services.pending.core import Authorize
 
 # --- inputs -------------------------------------------------------------------------------------
 
@@ -204,23 +204,34 @@ class TaskAdvanceBlocked:
 AdvanceTaskResult = Annotated[TaskAdvanced | TaskAdvanceBlocked, strawberry.union("AdvanceTaskResult")]
 
 
-def count_respond(r: lc.RespondOutcome) -> None:
+def count_respond(r: lc.RespondOutcome, kind: PendingActionKind) -> None:
+    questions = kind == PendingActionKind.CLARIFICATION
     if isinstance(r, lc.Responded):
         if r.resumed:
-            metrics.RESUME_OUTCOMES.labels("resumed").inc()
+            metrics.RESUME_OUTCOMES.labels(kind=kind.value, outcome="resumed").inc()
     elif isinstance(r, lc.Conflict):
-        metrics.CONFLICTS.labels(r.reason.value).inc()
+        metrics.PENDING_CONFLICTS.labels(kind=kind.value, reason=r.reason.value).inc()
+        if questions:
+            metrics.CONFLICTS.labels(r.reason.value).inc()
     else:
-        metrics.RESUME_OUTCOMES.labels("retryable_failure" if r.retryable else "final_failure").inc()
+        outcome = "retryable_failure" if r.retryable else "final_failure"
+        metrics.RESUME_OUTCOMES.labels(kind=kind.value, outcome=outcome).inc()
 
 
-def count_outcome(o: lc.WaitOutcome) -> None:
+def count_outcome(o: lc.WaitOutcome, kind: PendingActionKind) -> None:
+    questions = kind == PendingActionKind.CLARIFICATION
     if isinstance(o, lc.Asked):
-        metrics.ASKS.inc()
+        metrics.PENDING_ASKS.labels(kind.value).inc()
+        if questions:
+            metrics.ASKS.inc()
     elif isinstance(o, lc.Answered | lc.Rejected):
-        metrics.LIVE_ANSWERS.inc()
+        metrics.PENDING_LIVE_ANSWERS.labels(kind.value).inc()
+        if questions:
+            metrics.LIVE_ANSWERS.inc()
     elif isinstance(o, lc.Detached):
-        metrics.DETACHES.inc()
+        metrics.PENDING_DETACHES.labels(kind.value).inc()
+        if questions:
+            metrics.DETACHES.inc()
 
 
 def not_responded(
@@ -241,7 +252,7 @@ def not_responded(
 
 
 def _respond_result(r: lc.RespondOutcome) -> RespondToClarificationResult:
-    count_respond(r)
+    count_respond(r, PendingActionKind.CLARIFICATION)
     if isinstance(r, lc.Responded):
         return ClarificationResponded(
             bundle=ClarificationBundle.of(r.bundle), resumed=r.resumed, queued=r.queued
@@ -277,19 +288,20 @@ async def require_asker(info: Info[Context, None], session_id: str) -> None:
 
 @asynccontextmanager
 async def live_wait(
-    stream: AsyncGenerator[lc.WaitOutcome, None],
+    stream: AsyncGenerator[lc.WaitOutcome, None], kind: PendingActionKind
 ) -> AsyncIterator[AsyncIterator[lc.WaitOutcome]]:
     """An ask's outcomes, counted, with the live-waiter gauge held while the agent waits; the ask is
     closed (a disconnect detaches) when the subscription ends, however it ends."""
     waiting = False
+    waiters = metrics.LIVE_WAITERS.labels(kind.value)
 
     async def counted() -> AsyncGenerator[lc.WaitOutcome, None]:
         nonlocal waiting
         async for outcome in stream:
-            count_outcome(outcome)
+            count_outcome(outcome, kind)
             if not waiting and isinstance(outcome, lc.Asked):
                 waiting = True
-                metrics.LIVE_WAITERS.inc()
+                waiters.inc()
             yield outcome
 
     outcomes = counted()
@@ -299,7 +311,7 @@ async def live_wait(
         await outcomes.aclose()
         await stream.aclose()
         if waiting:
-            metrics.LIVE_WAITERS.dec()
+            waiters.dec()
 
 
 async def readable_bundle(
@@ -309,7 +321,7 @@ async def readable_bundle(
     other kind (one pending id never answers for both)."""
     principal = info.context.principal
     try:
-        bundle = await info.context.services.clarifications.bundle(
+        bundle = await info.context.services.pending.bundle(
             pending_id, authorize=lambda task_id, _session_id: require_task_read(principal, task_id)
         )
     except NotFound:
@@ -342,7 +354,7 @@ class ClarificationMutations:
         answers: list[ClarificationAnswerInput] = [],  # noqa: B006 - never mutated; renders `= []`
         rejected: bool = False,
     ) -> RespondToClarificationResult:
-        result = await info.context.services.clarifications.respond(
+        result = await info.context.services.pending.respond(
             str(pending_id),
             [
                 lc.Answer(str(a.question_id), tuple(str(s) for s in a.selected_option_ids), a.custom_text)
@@ -366,7 +378,7 @@ class ClarificationMutations:
             require_session_agent(principal, session_id)
 
         try:
-            return await info.context.services.clarifications.cancel(str(pending_id), authorize=authorize)
+            return await info.context.services.pending.cancel(str(pending_id), authorize=authorize)
         except NotFound:
             return False
 
@@ -375,7 +387,7 @@ class ClarificationMutations:
         self, info: Info[Context, None], task_id: strawberry.ID, to_step: str
     ) -> AdvanceTaskResult:
         principal = info.context.principal
-        result = await info.context.services.clarifications.advance_task(
+        result = await info.context.services.pending.advance_task(
             str(task_id), to_step, authorize=lambda t, _session_id: require_task_answer(principal, t)
         )
         if isinstance(result, AdvanceBlocked):
@@ -403,10 +415,10 @@ class ClarificationSubscriptions:
         timeout_seconds: TimeoutSeconds = None,
     ) -> AsyncGenerator[ClarificationOutcome, None]:
         await require_asker(info, str(session_id))
-        stream = info.context.services.clarifications.ask(
+        stream = info.context.services.pending.ask(
             str(session_id), [_question_dict(q) for q in questions], context, timeout_seconds
         )
-        async with live_wait(stream) as outcomes:
+        async with live_wait(stream, PendingActionKind.CLARIFICATION) as outcomes:
             async for outcome in outcomes:
                 yield _outcome(outcome)
             await stream.aclose()

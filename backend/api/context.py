@@ -59,7 +59,7 @@ class Context:
         return [views.get(t) for t in task_ids]
 
     async def _load_active_bundles(self, session_ids: list[str]) -> list[Bundle | None]:
-        bundles = await self.services.clarifications.active_bundles(session_ids)
+        bundles = await self.services.pending.active_bundles(session_ids)
         return [bundles.get(s) for s in session_ids]
 
     async def _load_active_permissions(self, session_ids: list[str]) -> list[Bundle | None]:

@@ -52,10 +52,10 @@ from backend.domain.errors import (
 )
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus, PendingActionKind
-from backend.services.bundles import trusted
-from backend.services.clarifications import final_outcome
 from backend.services.container import Services
 from backend.services.inbox import rendered_answers
+from backend.services.pending.asking import final_outcome
+from backend.services.pending.core import trusted
 
 log = logging.getLogger("turnwise.mcp")
 
@@ -427,7 +427,7 @@ class McpEndpoint:
         self, session_id: str, questions: list[dict[str, Any]], context: str | None, seconds: float | None
     ) -> types.CallToolResult:
         with in_tool_words():
-            stream = self.services.clarifications.ask(session_id, questions, context, seconds)
+            stream = self.services.pending.ask(session_id, questions, context, seconds)
             outcome, bundle = await final_outcome(stream)
         if outcome is None:
             raise RuntimeError("the clarification stream ended without an outcome")
@@ -455,7 +455,7 @@ class McpEndpoint:
         if pending_id is None:
             raise InvalidInput("pending_id", "pending_id is required")
         timeout = timeout_arg(args)
-        lifecycle = self.services.clarifications
+        lifecycle = self.services.pending
         wait = lifecycle.wait_seconds(timeout)
         # Authorized just below, where a foreign bundle reads as not found.
         bundle = await lifecycle.bundle(pending_id, authorize=trusted)

@@ -22,8 +22,8 @@ from backend.domain.errors import BrokenInvariant, InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.permissions import ALLOW, DENY, Decision, decision_from_response
 from backend.domain.states import ClarificationStatus
-from backend.services.clarifications import final_outcome
 from backend.services.container import Services
+from backend.services.pending.asking import final_outcome
 
 APPROVE_ARGUMENTS = ("tool_name", "input", "tool_use_id", "session_id", "context", "timeout_seconds")
 

@@ -1,6 +1,6 @@
 """The approval surface: askPermission (the live waiter), respondToPermission, rules, reads.
 
-The same lifecycle as a clarification (`services/clarifications.py`, kind `permission`); results
+The same lifecycle as a clarification (`services/pending/`, kind `permission`); results
 share the clarification's conflict and delivery-failure types, so a client handles a stale or
 undeliverable decision the same way for both kinds.
 """
@@ -124,7 +124,7 @@ RespondToPermissionResult = Annotated[
 
 
 def _respond_result(r: lc.RespondOutcome) -> RespondToPermissionResult:
-    count_respond(r)
+    count_respond(r, PendingActionKind.PERMISSION)
     if isinstance(r, lc.Responded):
         return PermissionResponded(request=PermissionRequest.of(r.bundle), resumed=r.resumed, queued=r.queued)
     return not_responded(r, with_bundle=False)
@@ -240,6 +240,6 @@ class PermissionSubscriptions:
         stream = info.context.services.permissions.ask(
             str(session_id), tool_name, input, tool_use_id, context, timeout_seconds
         )
-        async with live_wait(stream) as outcomes:
+        async with live_wait(stream, PendingActionKind.PERMISSION) as outcomes:
             async for outcome in outcomes:
                 yield _outcome(outcome)

@@ -379,6 +379,14 @@ class Claim:
     answers: tuple[Answer | Decision, ...]
     rejected: bool
 
+    @property
+    def kind(self) -> PendingActionKind:
+        """A permission request's claim carries its one decision, allowed or denied; a question's
+        carries answers (none when skipped)."""
+        if any(isinstance(a, Decision) for a in self.answers):
+            return PendingActionKind.PERMISSION
+        return PendingActionKind.CLARIFICATION
+
 
 # --- outcomes -----------------------------------------------------------------------------------
 

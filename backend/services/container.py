@@ -10,12 +10,12 @@ from backend.executors.scripted import ScriptedExecutor
 from backend.executors.webhook import WebhookExecutor
 from backend.repository import tasks
 from backend.services.access import Access
-from backend.services.clarifications import Clarifications
 from backend.services.context import Deps
 from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
+from backend.services.pending.actions import PendingActions
 from backend.services.permissions import Permissions
 from backend.services.prompt_channel import PromptChannel
 from backend.services.reach import Reach
@@ -51,7 +51,7 @@ class Services:
     live: LiveHub
     prompts: PromptChannel
     waiters: WaiterHub
-    clarifications: Clarifications
+    pending: PendingActions
     permissions: Permissions
     reach: Reach
     recovery: Recovery
@@ -84,7 +84,7 @@ class Services:
 
         prompts.take_inbox = take_inbox
         reach = Reach(deps)
-        clarifications = Clarifications(
+        pending = PendingActions(
             deps,
             waiters,
             resumer=inbox,
@@ -94,7 +94,7 @@ class Services:
         )
         live = LiveHub(deps, summaries)
         # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
-        live.bundle_sessions.append(clarifications.remember_session)
+        live.bundle_sessions.append(pending.remember_session)
         return cls(
             deps=deps,
             operations=Operations(deps, reservations=orchestrator),
@@ -104,9 +104,9 @@ class Services:
             live=live,
             prompts=prompts,
             waiters=waiters,
-            clarifications=clarifications,
+            pending=pending,
             # The same lifecycle, for the permission kind.
-            permissions=Permissions(clarifications),
+            permissions=Permissions(pending),
             reach=reach,
             recovery=recovery,
             orchestrator=orchestrator,

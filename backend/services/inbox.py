@@ -22,6 +22,7 @@ from typing import Any
 
 from backend import faults
 from backend.db.engine import utcnow
+from backend.domain.events import EventKind
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.domain.permissions import PERMISSION_KEY, Decision, request_of
@@ -171,7 +172,7 @@ class Inbox:
             if changed:
                 w.touch(session_id)
                 task_id = (await tasks.get_session(w.conn, session_id)).task_id
-                w.publish_messages(task_id, session_id, "message.updated", changed)
+                w.publish_messages(task_id, session_id, EventKind.MESSAGE_UPDATED, changed)
         for item in items:
             log.info(
                 "inbox item delivered",

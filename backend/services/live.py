@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar
 
 from backend.background import stop_tasks
 from backend.bus import BUS_GAP, TASK_CHANNEL
+from backend.domain.events import EventKind
 from backend.domain.records import MessageRecord, SessionPending, SummaryRecord
 from backend.repository import messages as message_rows
 from backend.repository import pending
@@ -37,7 +38,11 @@ log = logging.getLogger("turnwise.live")
 
 T = TypeVar("T")
 
-MESSAGE_EVENTS = {"message.added": "added", "message.updated": "updated", "message.deleted": "deleted"}
+MESSAGE_EVENTS = {
+    EventKind.MESSAGE_ADDED: "added",
+    EventKind.MESSAGE_UPDATED: "updated",
+    EventKind.MESSAGE_DELETED: "deleted",
+}
 # After a gap, session-events watchers get the messages changed since this long before the bus was
 # found lost (a message's update time can precede its publication: a settled answer keeps the time
 # it was given), at most RESYNC_MESSAGES of them per batch of sessions.

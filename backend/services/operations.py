@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from backend.domain.errors import InvalidInput, InvalidState, StaleGeneration
+from backend.domain.events import EventKind
 from backend.domain.names import plain_name
 from backend.domain.records import MessageRecord, SessionRecord, TaskRecord, TurnRecord
 from backend.domain.states import (
@@ -93,8 +94,8 @@ class Operations:
             await tasks.set_session_state(w.conn, session_id, state.value)
             w.touch(session_id)
             updated = await tasks.get_session(w.conn, session_id)
-            w.publish_messages(session.task_id, session_id, "message.updated", expired)
-            w.publish(session.task_id, session_id, "session.state")
+            w.publish_messages(session.task_id, session_id, EventKind.MESSAGE_UPDATED, expired)
+            w.publish(session.task_id, session_id, EventKind.SESSION_STATE)
         for message_id in expired:
             log.info("clarification expired", extra={"session_id": session_id, "message_id": message_id})
         # The unit bumped the sequence once at its commit, after this row was read.
@@ -112,10 +113,10 @@ class Operations:
                 # The new turn is accepted work: older open turns end here, so they can never
                 # outrank it again, and a waiting session is running.
                 for _, closed_id in await turns.close_predecessors(w.conn, [turn.id]):
-                    w.publish(session.task_id, session_id, "turn.completed", turn_id=closed_id)
+                    w.publish(session.task_id, session_id, EventKind.TURN_COMPLETED, turn_id=closed_id)
                 await tasks.mark_running_on_new_turn(w.conn, session_id)
             w.touch(session_id)
-            w.publish(session.task_id, session_id, "turn.started", turn_id=turn.id)
+            w.publish(session.task_id, session_id, EventKind.TURN_STARTED, turn_id=turn.id)
         return turn
 
     async def complete_turn(self, turn_id: str, generation: str | None = None) -> TurnRecord:
@@ -164,12 +165,14 @@ class Operations:
             turn = await turns.complete_turn(conn, await turns.get_turn(conn, turn_id))
             session = await tasks.get_session(conn, turn.session_id)
             w.touch(turn.session_id)
-            w.publish_messages(session.task_id, session.id, "message.updated", [m for m, _ in detached])
-            w.publish(session.task_id, session.id, "turn.completed", turn_id=turn.id)
+            w.publish_messages(
+                session.task_id, session.id, EventKind.MESSAGE_UPDATED, [m for m, _ in detached]
+            )
+            w.publish(session.task_id, session.id, EventKind.TURN_COMPLETED, turn_id=turn.id)
         for _, pending_id in detached:
             log.info(
-                "clarification detached",
-                extra={"event": "clarification.detached", "pending_id": pending_id, "reason": "teardown"},
+                "pending action detached",
+                extra={"event": "pending.detached", "pending_id": pending_id, "reason": "teardown"},
             )
         return turn
 
@@ -193,7 +196,7 @@ class Operations:
                 metadata=metadata,
             )
             w.touch(session_id)
-            w.publish(session.task_id, session_id, "message.added", message_id=message.id)
+            w.publish(session.task_id, session_id, EventKind.MESSAGE_ADDED, message_id=message.id)
         return message
 
     async def delete_message(self, message_id: str) -> bool:
@@ -203,5 +206,5 @@ class Operations:
             session = await tasks.get_session(w.conn, message.session_id)
             await messages.delete_message(w.conn, message_id)
             w.touch(message.session_id)
-            w.publish(session.task_id, session.id, "message.deleted", message_id=message_id)
+            w.publish(session.task_id, session.id, EventKind.MESSAGE_DELETED, message_id=message_id)
         return True

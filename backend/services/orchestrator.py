@@ -14,7 +14,7 @@ does the primary-answer watchdog's fallback):
 In-process memory only ever makes things stricter: accepted turns can never be rolled back, and a
 session whose rollback failed admits no prompt and resolves no ready event until restart recovery.
 
-About 630 lines, on purpose: admission, the durable steps and the ready-event gate share one state
+One module on purpose: admission, the durable steps and the ready-event gate share one state
 machine (`_Live`, `Outcome`), and each step's failure handling names the step that undoes it; split
 across modules, a reader would lose the one place where every outcome of a reservation is decided.
 """
@@ -33,9 +33,9 @@ from typing import Any, TypeVar
 from backend import faults
 from backend.config import Settings
 from backend.domain.errors import InvalidState, NotFound
+from backend.domain.events import EventKind
 from backend.domain.ids import new_id
-from backend.domain.lifecycle import Answer, Claim
-from backend.domain.permissions import Decision
+from backend.domain.lifecycle import Claim
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.executors.base import DispatchOutcome, DispatchResult, Executor, PromptRequest
@@ -81,6 +81,46 @@ class _Admission:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
+
+
+class Origin(StrEnum):
+    """Who sends an answer to its agent as a new turn."""
+
+    DETACHED = "detached"  # a respond to a detached agent: the dispatch settles its claim
+    WATCHDOG = "watchdog"  # the primary-answer fallback: the waiter already settled the claim
+
+
+@dataclass(frozen=True, slots=True)
+class _Dispatch:
+    """One answer on its way to its agent, as the successor turn `live` reserved for it."""
+
+    claim: Claim
+    origin: Origin
+    live: _Live
+
+    @property
+    def session_id(self) -> str:
+        return self.claim.session_id
+
+    @property
+    def turn_id(self) -> str:
+        return self.live.turn_id
+
+    @property
+    def claim_id(self) -> str | None:
+        """The claim this dispatch settles once its turn is published (None: already settled)."""
+        return self.claim.claim_id if self.origin == Origin.DETACHED else None
+
+    @property
+    def ids(self) -> dict[str, Any]:
+        """Its ids, as every log line of the way carries them."""
+        c = self.claim
+        return {
+            "turn_id": self.turn_id,
+            "session_id": c.session_id,
+            "pending_id": c.pending_id,
+            "claim_id": self.claim_id,
+        }
 
 
 class RecentTurns:
@@ -146,16 +186,7 @@ class Orchestrator:
     async def resume(self, claim: Claim) -> ResumeOutcome:
         if claim.rejected:
             return ResumeOutcome(False, True, "a rejection is persisted without resuming the agent")
-        return await self.dispatch_answer(
-            session_id=claim.session_id,
-            task_id=claim.task_id,
-            source_turn_id=claim.turn_id,
-            pending_id=claim.pending_id,
-            message_ids=claim.message_ids,
-            answers=claim.answers,
-            claim_id=claim.claim_id,
-            origin="detached",
-        )
+        return await self.dispatch_answer(claim, Origin.DETACHED)
 
     def quarantined(self, session_id: str) -> bool:
         return session_id in self._quarantined
@@ -170,20 +201,10 @@ class Orchestrator:
             "quarantined": len(self._quarantined),
         }
 
-    async def dispatch_answer(
-        self,
-        *,
-        session_id: str,
-        task_id: str,
-        source_turn_id: str,
-        pending_id: str,
-        message_ids: Sequence[str],
-        answers: Sequence[Answer | Decision],
-        claim_id: str | None,
-        origin: str,
-    ) -> ResumeOutcome:
-        """Admit, reserve, mark, dispatch, publish. Never raises for outcomes; after the attempt
-        marker every failure is reported non-retryable."""
+    async def dispatch_answer(self, claim: Claim, origin: Origin) -> ResumeOutcome:
+        """Admit, reserve, mark, dispatch, publish the claim's answers as the successor of its turn.
+        Never raises for outcomes; after the attempt marker every failure is reported non-retryable."""
+        session_id = claim.session_id
         loop = asyncio.get_running_loop()
         admit_by = loop.time() + self.settings.persistence_seconds
         lock = self._enter_admission(session_id)
@@ -199,27 +220,14 @@ class Orchestrator:
                 return ResumeOutcome(
                     False, True, "a prompt reservation of this session is unresolved until restart recovery"
                 )
-            turn_id = new_id()
-            live = self._live[session_id] = _Live(turn_id)
+            live = self._live[session_id] = _Live(new_id())
             try:
-                outcome = await self._admitted(
-                    live,
-                    admit_by,
-                    session_id=session_id,
-                    task_id=task_id,
-                    source_turn_id=source_turn_id,
-                    pending_id=pending_id,
-                    message_ids=message_ids,
-                    answers=answers,
-                    claim_id=claim_id,
-                    origin=origin,
-                )
+                return await self._admitted(_Dispatch(claim, origin, live), admit_by)
             finally:
                 if live.outcome != Outcome.UNRESOLVED:
                     live.resolved.set()
                     if self._live.get(session_id) is live:
                         del self._live[session_id]
-            return outcome
         finally:
             lock.release()
             self._leave_admission(session_id)
@@ -236,49 +244,38 @@ class Orchestrator:
         if admission.users == 0:
             del self._admission[session_id]
 
-    async def _admitted(
-        self,
-        live: _Live,
-        admit_by: float,
-        *,
-        session_id: str,
-        task_id: str,
-        source_turn_id: str,
-        pending_id: str,
-        message_ids: Sequence[str],
-        answers: Sequence[Answer | Decision],
-        claim_id: str | None,
-        origin: str,
-    ) -> ResumeOutcome:
+    async def _admitted(self, d: _Dispatch, admit_by: float) -> ResumeOutcome:
+        """The durable steps of an admitted dispatch, each failure undone by the step that names it."""
+        reserved = await self._reserve_in_time(d, admit_by)
+        if isinstance(reserved, ResumeOutcome):
+            return reserved
+        log.info("successor reserved", extra={"event": "resume.reserved", "origin": d.origin.value, **d.ids})
+        await faults.hit("resume.after_reserve")
+        try:
+            await asyncio.wait_for(
+                self._mark_attempted(d.session_id, d.turn_id), self.settings.persistence_seconds
+            )
+        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any failure is rolled back
+            return await self._undo(d, f"attempt marker not persisted: {exc}", cancelled=exc)
+        log.info("dispatch attempted", extra={"event": "resume.attempted", **d.ids})
+        await faults.hit("resume.after_attempt_marker")
+        return await self._dispatch_attempted(d, reserved)
+
+    async def _reserve_in_time(self, d: _Dispatch, admit_by: float) -> str | ResumeOutcome:
+        """The reservation's prompt; waits (bounded) while another process's reservation of the
+        session is unresolved. An outcome instead when it was refused or rolled back."""
         loop = asyncio.get_running_loop()
-        turn_id = live.turn_id
-        ids = {"turn_id": turn_id, "session_id": session_id, "pending_id": pending_id, "claim_id": claim_id}
-        # Reserve: wait (bounded) while another process's reservation of the session is unresolved.
-        prompt = ""
         while True:
             remaining = admit_by - loop.time()
             try:
                 if remaining <= 0:
                     raise TimeoutError
-                prompt = await asyncio.wait_for(
-                    self._reserve(
-                        session_id,
-                        turn_id,
-                        source_turn_id,
-                        pending_id,
-                        message_ids,
-                        answers,
-                        claim_id,
-                        origin,
-                    ),
-                    remaining,
-                )
-                break
+                return await asyncio.wait_for(self._reserve(d), remaining)
             except _Busy:
                 await asyncio.sleep(POLL_SECONDS)
             except _Stale:
-                live.outcome = Outcome.REFUSED
-                log.info("prompt refused: turn superseded", extra={"event": "resume.refused", **ids})
+                d.live.outcome = Outcome.REFUSED
+                log.info("prompt refused: turn superseded", extra={"event": "resume.refused", **d.ids})
                 return ResumeOutcome(False, True, "the clarification's turn is no longer current")
             except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any failure is rolled back
                 # The reservation's outcome is unknown (deadline during commit, a failure, a cancelled
@@ -288,54 +285,41 @@ class Orchestrator:
                     if isinstance(exc, TimeoutError)
                     else str(exc)
                 )
-                return await self._undo(live, ids, f"reservation failed: {why}", cancelled=exc)
-        log.info("successor reserved", extra={"event": "resume.reserved", "origin": origin, **ids})
-        await faults.hit("resume.after_reserve")
+                return await self._undo(d, f"reservation failed: {why}", cancelled=exc)
 
-        try:
-            await asyncio.wait_for(
-                self._mark_attempted(session_id, turn_id), self.settings.persistence_seconds
-            )
-        except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 - any failure is rolled back
-            return await self._undo(live, ids, f"attempt marker not persisted: {exc}", cancelled=exc)
-        log.info("dispatch attempted", extra={"event": "resume.attempted", **ids})
-        await faults.hit("resume.after_attempt_marker")
-
-        # From here on the prompt may reach the agent: nothing below sends it again or deletes it.
+    async def _dispatch_attempted(self, d: _Dispatch, prompt: str) -> ResumeOutcome:
+        """From here on the prompt may reach the agent: nothing below sends it again or deletes it."""
+        claim = d.claim
         request = PromptRequest(
-            session_id=session_id,
-            task_id=task_id,
-            turn_id=turn_id,
-            generation=turn_id,
+            session_id=claim.session_id,
+            task_id=claim.task_id,
+            turn_id=d.turn_id,
+            generation=d.turn_id,
             prompt=prompt,
-            pending_id=pending_id,
+            pending_id=claim.pending_id,
         )
         try:
             result = await self._dispatch(request)
         except asyncio.CancelledError:
-            await self._bounded(
-                self._settle_ambiguous(live, task_id, message_ids, claim_id, ids), self._cleanup_s
-            )
+            await self._bounded(self._settle_ambiguous(d), self._cleanup_s)
             raise
         if result.outcome == DispatchOutcome.REJECTED:
-            log.info("dispatch rejected", extra={"event": "resume.rejected", "detail": result.detail, **ids})
-            return await self._undo(
-                live, ids, f"the agent did not take the prompt: {result.detail}", retry=True
+            log.info(
+                "dispatch rejected", extra={"event": "resume.rejected", "detail": result.detail, **d.ids}
             )
+            return await self._undo(d, f"the agent did not take the prompt: {result.detail}", retry=True)
         if result.outcome == DispatchOutcome.AMBIGUOUS:
             log.warning(
-                "dispatch ambiguous", extra={"event": "resume.ambiguous", "detail": result.detail, **ids}
+                "dispatch ambiguous", extra={"event": "resume.ambiguous", "detail": result.detail, **d.ids}
             )
-            await self._bounded(
-                self._settle_ambiguous(live, task_id, message_ids, claim_id, ids), self._cleanup_s
-            )
+            await self._bounded(self._settle_ambiguous(d), self._cleanup_s)
             return ResumeOutcome(
                 False, False, f"the prompt may have reached the agent ({result.detail}); it is not sent again"
             )
-        self._accepted.add(turn_id)
-        log.info("dispatch accepted", extra={"event": "resume.accepted", **ids})
+        self._accepted.add(d.turn_id)
+        log.info("dispatch accepted", extra={"event": "resume.accepted", **d.ids})
         await faults.hit("resume.after_dispatch_ack")
-        return await self._bounded(self._publish(live, task_id, message_ids, claim_id, ids), self._cleanup_s)
+        return await self._bounded(self._publish(d), self._cleanup_s)
 
     @property
     def _cleanup_s(self) -> float:
@@ -358,40 +342,31 @@ class Orchestrator:
 
     # --- durable steps --------------------------------------------------------------------------
 
-    async def _reserve(
-        self,
-        session_id: str,
-        turn_id: str,
-        source_turn_id: str,
-        pending_id: str,
-        message_ids: Sequence[str],
-        answers: Sequence[Answer | Decision],
-        claim_id: str | None,
-        origin: str,
-    ) -> str:
-        async with uow(self.deps, [session_id]) as w:
+    async def _reserve(self, d: _Dispatch) -> str:
+        claim = d.claim
+        async with uow(self.deps, [claim.session_id]) as w:
             conn = w.conn
             # Prompt admission rechecks current-turn authority under the session lock.
-            session = await tasks.get_session(conn, session_id)
+            session = await tasks.get_session(conn, claim.session_id)
             if session.state in TERMINAL_SESSION_STATES:
                 raise _Stale
-            if await turns.current_turn(conn, session_id) != source_turn_id:
+            if await turns.current_turn(conn, claim.session_id) != claim.turn_id:
                 raise _Stale
-            if await reservations.live_reservation(conn, session_id) is not None:
+            if await reservations.live_reservation(conn, claim.session_id) is not None:
                 raise _Busy
-            rows = await reservations.source_rows(conn, message_ids)
+            rows = await reservations.source_rows(conn, claim.message_ids)
             await reservations.reserve(
                 conn,
-                session_id,
-                turn_id=turn_id,
-                source_turn_id=source_turn_id,
-                pending_id=pending_id,
-                message_ids=message_ids,
-                claim_id=claim_id,
-                origin=origin,
+                claim.session_id,
+                turn_id=d.turn_id,
+                source_turn_id=claim.turn_id,
+                pending_id=claim.pending_id,
+                message_ids=claim.message_ids,
+                claim_id=d.claim_id,
+                origin=d.origin.value,
             )
-            self.own_turns.add(turn_id)
-        return resume_prompt(rows, answers)
+            self.own_turns.add(d.turn_id)
+        return resume_prompt(rows, claim.answers)
 
     async def _mark_attempted(self, session_id: str, turn_id: str) -> None:
         async with uow(self.deps, [session_id]) as w:
@@ -417,16 +392,9 @@ class Orchestrator:
         return True
 
     async def _undo(
-        self,
-        live: _Live,
-        ids: dict[str, Any],
-        why: str,
-        *,
-        cancelled: BaseException | None = None,
-        retry: bool = True,
+        self, d: _Dispatch, why: str, *, cancelled: BaseException | None = None, retry: bool = True
     ) -> ResumeOutcome:
-        session_id = ids["session_id"]
-        turn_id = live.turn_id
+        session_id, turn_id, live, ids = d.session_id, d.turn_id, d.live, d.ids
         try:
             ok = await self._bounded(self.rollback_reservation(session_id, turn_id), self._cleanup_s)
         except Exception:
@@ -450,10 +418,9 @@ class Orchestrator:
             raise cancelled
         return ResumeOutcome(False, retry, why)
 
-    async def _publish(
-        self, live: _Live, task_id: str, message_ids: Sequence[str], claim_id: str | None, ids: dict[str, Any]
-    ) -> ResumeOutcome:
-        session_id = ids["session_id"]
+    async def _publish(self, d: _Dispatch) -> ResumeOutcome:
+        live, ids, session_id, claim_id = d.live, d.ids, d.session_id, d.claim_id
+        task_id, message_ids = d.claim.task_id, d.claim.message_ids
         try:
             faults.check("resume.publish")
             # Recovery-clean by construction: public events carry ids only, never turn metadata.
@@ -461,7 +428,7 @@ class Orchestrator:
                 self.deps.bus,
                 task_id=task_id,
                 session_id=session_id,
-                kind="turn.started",
+                kind=EventKind.TURN_STARTED,
                 turn_id=live.turn_id,
                 strict=True,
             )
@@ -478,7 +445,7 @@ class Orchestrator:
             log.exception(
                 "publication failed after acceptance", extra={"event": "resume.publish_failed", **ids}
             )
-            if await self._to_outbox(live, message_ids, claim_id, ids):
+            if await self._to_outbox(d):
                 self._accepted.discard(live.turn_id)  # the outbox marker refuses a rollback now
             live.outcome = Outcome.PUBLISHED
             return ResumeOutcome(
@@ -489,11 +456,10 @@ class Orchestrator:
         log.info("successor published", extra={"event": "resume.published", **ids})
         return ResumeOutcome(True, False)
 
-    async def _to_outbox(
-        self, live: _Live, message_ids: Sequence[str], claim_id: str | None, ids: dict[str, Any]
-    ) -> bool:
+    async def _to_outbox(self, d: _Dispatch) -> bool:
         """Normal failure cleanup after a possible acceptance: keep the successor, retire the intent,
         leave the start event to the durable outbox. If even this fails, reservation recovery owns it."""
+        live, ids, claim_id, message_ids = d.live, d.ids, d.claim_id, d.claim.message_ids
         try:
             async with uow(self.deps, [ids["session_id"]]) as w:
                 faults.check("resume.outbox")
@@ -508,17 +474,11 @@ class Orchestrator:
             log.exception("outbox write failed", extra={"event": "resume.outbox_failed", **ids})
             return False
 
-    async def _settle_ambiguous(
-        self,
-        live: _Live,
-        task_id: str,
-        message_ids: Sequence[str],
-        claim_id: str | None,
-        ids: dict[str, Any],
-    ) -> None:
+    async def _settle_ambiguous(self, d: _Dispatch) -> None:
+        live, ids, task_id = d.live, d.ids, d.claim.task_id
         self._accepted.add(live.turn_id)  # may be running: never rolled back, never sent again
         live.outcome = Outcome.AMBIGUOUS
-        if not await self._to_outbox(live, message_ids, claim_id, ids):
+        if not await self._to_outbox(d):
             return
         self._accepted.discard(live.turn_id)  # the outbox marker refuses a rollback now
         try:
@@ -538,7 +498,11 @@ class Orchestrator:
         for turn_id, session_id, task_id, completed in items:
             try:
                 faults.check("outbox.publish")
-                for kind in ("turn.started", "turn.completed") if completed else ("turn.started",):
+                for kind in (
+                    (EventKind.TURN_STARTED, EventKind.TURN_COMPLETED)
+                    if completed
+                    else (EventKind.TURN_STARTED,)
+                ):
                     await publish_session_change(
                         self.deps.bus,
                         task_id=task_id,
@@ -620,7 +584,7 @@ class Orchestrator:
             await turns.complete_turn(conn, turn)
             w.touch(snapshot.session_id)
             session = await tasks.get_session(conn, snapshot.session_id)
-            w.publish(session.task_id, session.id, "turn.completed", turn_id=snapshot.turn_id)
+            w.publish(session.task_id, session.id, EventKind.TURN_COMPLETED, turn_id=snapshot.turn_id)
         log.info("paused turn cancelled", extra={"event": "pause.cancelled", "turn_id": snapshot.turn_id})
         return True
 

@@ -1,10 +1,10 @@
-"""Permission requests: the pending-action lifecycle of `Clarifications`, for the `permission` kind.
+"""Permission requests: the permission kind plugged into the pending-actions service.
 
 Asking, waiting, detaching, superseding, claiming, confirming, resuming and recovery are the
-lifecycle's own code (`ask_specs`, `respond_with`); this module adds only what is particular to a
-tool call: its validation, the decision's shape, and remembered rules. A request that a rule of its
-session allows is decided at once, with no person asked, and recorded in the session's history as an
-answered request naming its rule.
+lifecycle's own code (`PendingActions.ask_for`, `respond_for`); this module adds only what is
+particular to a tool call: its validation, the decision's shape, and remembered rules. A request
+that a rule of its session allows is decided at once, with no person asked, and recorded in the
+session's history as an answered request naming its rule.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.domain.errors import InvalidInput, NotFound, present
+from backend.domain.events import EventKind
 from backend.domain.lifecycle import Answer, Bundle, Decided, RespondOutcome, WaitOutcome
 from backend.domain.permissions import (
     ALLOW,
@@ -34,8 +35,10 @@ from backend.repository import clarifications as repo
 from backend.repository import permission_rules as rules
 from backend.repository import tasks
 from backend.repository.permission_rules import RuleRecord
-from backend.services.bundles import Authorize
-from backend.services.clarifications import Clarifications
+from backend.services.pending.actions import PendingActions
+from backend.services.pending.asking import Ask
+from backend.services.pending.core import Authorize
+from backend.services.pending.responding import Response
 from backend.services.session_turn import session_and_turn
 from backend.services.uow import Work, uow
 
@@ -45,7 +48,7 @@ KIND = PendingActionKind.PERMISSION
 
 @dataclass
 class Permissions:
-    lifecycle: Clarifications
+    lifecycle: PendingActions
 
     def ask(
         self,
@@ -62,13 +65,16 @@ class Permissions:
         spec = validate_permission(tool_name, tool_input, tool_use_id, context)
         wait_seconds = self.lifecycle.wait_seconds(timeout_seconds)
         signature = permission_signature(spec, context)
-        return self.lifecycle.ask_specs(
-            session_id,
-            [spec],
-            context,
-            signature,
-            wait_seconds,
-            decided=lambda w: self._decide_by_rule(w, session_id, spec, context, signature),
+        return self.lifecycle.ask_for(
+            Ask(
+                KIND,
+                session_id,
+                (spec,),
+                context,
+                signature,
+                wait_seconds,
+                decided=lambda w: self._decide_by_rule(w, session_id, spec, context, signature),
+            )
         )
 
     async def _decide_by_rule(
@@ -93,7 +99,7 @@ class Permissions:
             signature=signature,
             response=decision.as_response(),
         )
-        w.publish_messages(session.task_id, session_id, "message.added", [record.id])
+        w.publish_messages(session.task_id, session_id, EventKind.MESSAGE_ADDED, [record.id])
         pending_id = str(record.metadata["pending_id"])
         log.info(
             "permission allowed by a rule",
@@ -143,13 +149,8 @@ class Permissions:
                 extra={"event": "permission.rule_created", "rule_id": rule.id, "pending_id": pending_id},
             )
 
-        return await self.lifecycle.respond_with(
-            pending_id,
-            KIND,
-            check,
-            rejected=behavior == DENY,
-            authorize=authorize,
-            on_claimed=remembered,
+        return await self.lifecycle.respond_for(
+            Response(pending_id, KIND, check, behavior == DENY, authorize, on_claimed=remembered)
         )
 
     async def request(self, pending_id: str, *, authorize: Authorize) -> Bundle | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from backend.db.engine import utcnow
 from backend.domain.errors import CorruptData
+from backend.domain.events import EventKind
 from backend.repository import instances, tasks
 from backend.repository import recovery as recovery_repo
 from backend.services.context import Deps
@@ -76,7 +77,7 @@ class Recovery:
                 s.id: s.task_id for s in await tasks.sessions_by_id(conn, {r.session_id for r in rows})
             }
             for message_id, session_id in [*restored, *retired]:
-                w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)
+                w.publish(task_of[session_id], session_id, EventKind.MESSAGE_UPDATED, message_id=message_id)
         self.touched_tasks.update(task_of.values())
         pending_of = {r.id: r.metadata.get("pending_id") for r in rows}
         for action, changed in (("restored", restored), ("retired", retired)):
@@ -120,7 +121,7 @@ class Recovery:
             changed = await recovery_repo.detach_rows(conn, orphaned)
             task_of = {s.id: s.task_id for s in await tasks.sessions_by_id(conn, {s for _, s in changed})}
             for message_id, session_id in changed:
-                w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)
+                w.publish(task_of[session_id], session_id, EventKind.MESSAGE_UPDATED, message_id=message_id)
             await instances.prune(conn, now - self.hub.stale_after)
         self.touched_tasks.update(task_of.values())
         for message_id, session_id in changed:

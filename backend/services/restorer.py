@@ -1,6 +1,6 @@
 """Claims left unrestored by an outage, restored by the running server once the database answers.
 
-A responder restores its claim when delivery fails (`Clarifications._recover_claim`). When the
+A responder restores its claim when delivery fails (`Responding._recover_claim`). When the
 database is unreachable at that moment, or when the claim's own COMMIT failed without a reply (the
 claim may or may not have been written), nothing restores it until the next startup's recovery,
 and the question would stay claimed. Such claims are handed here: while any is left, the restorer
@@ -28,7 +28,7 @@ from backend.db.engine import Database
 from backend.db.health import is_outage
 from backend.domain.lifecycle import Claim
 
-log = logging.getLogger("turnwise.clarifications")
+log = logging.getLogger("turnwise.pending")
 
 PROBE_SECONDS = 1.0
 UNAVAILABLE_RETRY = "the database is unavailable right now; nothing was delivered, retry shortly"
@@ -68,7 +68,7 @@ class Restorer:
         self._claims[claim.claim_id] = (claim, detach_rows)
         log.warning(
             "claim left for the restorer",
-            extra={"event": "clarification.restore_deferred", "claim_id": claim.claim_id},
+            extra={"event": "pending.restore_deferred", "kind": claim.kind.value, "claim_id": claim.claim_id},
         )
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -86,7 +86,7 @@ class Restorer:
                 if not await self._db.probe():
                     continue
             except Exception:
-                log.exception("database probe failed", extra={"event": "clarification.restore_probe_failed"})
+                log.exception("database probe failed", extra={"event": "pending.restore_probe_failed"})
                 continue
             for claim_id, (claim, detach_rows) in list(self._claims.items()):
                 try:
@@ -98,6 +98,6 @@ class Restorer:
                     # rather than retried in a loop.
                     log.exception(
                         "deferred restore failed",
-                        extra={"event": "clarification.restore_failed", "claim_id": claim_id},
+                        extra={"event": "pending.restore_failed", "claim_id": claim_id},
                     )
                 self._claims.pop(claim_id, None)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from backend import faults
 from backend.domain.clarification import flag
+from backend.domain.events import EventKind
 from backend.domain.lifecycle import CLAIM_KEY, BundleRow
 from backend.repository import recovery as recovery_repo
 from backend.repository import reservations
@@ -166,7 +167,7 @@ class ReservationRecovery:
             w.touch(*(r.session_id for r, _ in checked if r.id in deleted or r.id in moved))
             task_of = {r.session_id: r.task_id for r in page}
             for message_id, session_id in restored:
-                w.publish(task_of[session_id], session_id, "message.updated", message_id=message_id)
+                w.publish(task_of[session_id], session_id, EventKind.MESSAGE_UPDATED, message_id=message_id)
         for r, _ in checked:
             if r.id in deleted:
                 report.deleted.append(r.id)

@@ -5,6 +5,7 @@ and a session without a turn gets its first one, opened here and announced like 
 from __future__ import annotations
 
 from backend.domain.errors import InvalidState
+from backend.domain.events import EventKind
 from backend.domain.records import SessionRecord
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import tasks, turns
@@ -18,7 +19,7 @@ async def turn_for_new_rows(w: Work, session: SessionRecord, turn_id: str | None
         raise InvalidState(f"session {session.id!r} is {session.state}; it takes no new {what}")
     if turn_id is None:
         turn_id = (await turns.insert_turn(w.conn, session.id)).id
-        w.publish(session.task_id, session.id, "turn.started", turn_id=turn_id)
+        w.publish(session.task_id, session.id, EventKind.TURN_STARTED, turn_id=turn_id)
     return turn_id
 
 

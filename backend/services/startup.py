@@ -86,7 +86,7 @@ async def stop(services: Services) -> None:
     for name, step in (
         ("notification worker", services.reach.stop),
         ("watchdogs", services.watchdogs.stop),
-        ("claim restorer", services.clarifications.restorer.stop),
+        ("claim restorer", services.pending.restorer.stop),
         ("token cache", services.access.stop),
         ("waiter hub", services.waiters.stop),
         ("live hub", services.live.stop),

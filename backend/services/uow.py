@@ -5,7 +5,7 @@
         ...                                                   # decide (domain rules)
         await repo.write(w.conn, ...)                           # write
         w.touch(session_id)                                     # the projection may have changed
-        w.publish(session.task_id, session_id, "message.added", message_id=...)
+        w.publish(session.task_id, session_id, EventKind.MESSAGE_ADDED, message_id=...)
 
 On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement (or none,
 when the writes already bumped them all), brings
@@ -26,6 +26,7 @@ from typing import TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.domain.errors import BrokenInvariant
+from backend.domain.events import EventKind
 from backend.domain.records import SummaryRecord
 from backend.repository import locks, summaries, tasks
 from backend.services.context import Deps
@@ -45,7 +46,7 @@ T = TypeVar("T")
 class Event:
     task_id: str
     session_id: str
-    kind: str
+    kind: EventKind
     message_id: str | None = None
     turn_id: str | None = None
     # The bundle a message belongs to, announced with its session (see `session_change`).
@@ -125,7 +126,7 @@ class Work:
         self,
         task_id: str,
         session_id: str,
-        kind: str,
+        kind: EventKind,
         *,
         message_id: str | None = None,
         turn_id: str | None = None,
@@ -138,7 +139,7 @@ class Work:
         self,
         task_id: str,
         session_id: str,
-        kind: str,
+        kind: EventKind,
         message_ids: Sequence[str],
         *,
         pending_id: str | None = None,

@@ -33,6 +33,7 @@ from backend import faults
 from backend.background import stop_tasks
 from backend.bus import BUS_GAP, TASK_CHANNEL
 from backend.db.engine import utcnow
+from backend.domain.events import EventKind
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.domain.permissions import Decision, decision_from_response
@@ -42,7 +43,7 @@ from backend.services.context import Deps
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-log = logging.getLogger("turnwise.clarification")
+log = logging.getLogger("turnwise.pending")
 
 INSTANCE_CHANNEL = "turnwise.instance"
 
@@ -94,7 +95,7 @@ class NoticeKind(StrEnum):
 # added (a new question or message leaves other bundles as they are) and a session state change (a
 # terminal one expires the questions and publishes their rows, which wakes the waiters). Skipping
 # them spares every ask the re-read its own events would otherwise cause.
-NO_WAKE_EVENTS = frozenset({"message.added", "session.state"})
+NO_WAKE_EVENTS = frozenset({EventKind.MESSAGE_ADDED, EventKind.SESSION_STATE})
 
 
 @dataclass
@@ -291,7 +292,7 @@ class WaiterHub:
         if future is not None and not future.done():
             log.warning(
                 "hand-off given up",
-                extra={"event": "clarification.handoff_lost", "claim_id": claim_id, "why": why},
+                extra={"event": "pending.handoff_lost", "claim_id": claim_id, "why": why},
             )
             future.set_result(False)
 

@@ -22,16 +22,17 @@ from typing import Any
 from backend.background import stop_tasks
 from backend.bus import TASK_CHANNEL
 from backend.db.engine import utcnow
+from backend.domain.events import EventKind
 from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import reservations, runners, tasks, turns
 from backend.services.context import Deps
-from backend.services.orchestrator import Orchestrator, TurnSnapshot
+from backend.services.orchestrator import Orchestrator, Origin, TurnSnapshot
 from backend.services.prompt_channel import PromptChannel
 
 log = logging.getLogger("turnwise.watchdog")
 
-ACTIVITY_EVENTS = frozenset({"message.added", "turn.started", "turn.completed"})
+ACTIVITY_EVENTS = frozenset({EventKind.MESSAGE_ADDED, EventKind.TURN_STARTED, EventKind.TURN_COMPLETED})
 
 
 class Phase(StrEnum):
@@ -86,7 +87,7 @@ class Watchdogs:
             # The fallback's own silent cancellation of the captured turn is recovery-owned activity.
             if (
                 watch.phase == Phase.FALLBACK
-                and event.get("type") == "turn.completed"
+                and event.get("type") == EventKind.TURN_COMPLETED
                 and turn_id == watch.claim.turn_id
             ):
                 continue
@@ -95,7 +96,7 @@ class Watchdogs:
     # --- arming and cancelling ------------------------------------------------------------------
 
     def arm(self, claim: Claim) -> None:
-        """The synchronous notifier the clarification service calls before returning a live answer."""
+        """The synchronous notifier the pending-actions service calls before returning a live answer."""
         self.armed(claim)
 
     def armed(self, claim: Claim) -> Watch:
@@ -179,16 +180,7 @@ class Watchdogs:
                 if not await self.orchestrator.cancel_paused(TurnSnapshot(claim.session_id, claim.turn_id)):
                     watch.outcome = "skipped:superseded"
                     return
-                outcome = await self.orchestrator.dispatch_answer(
-                    session_id=claim.session_id,
-                    task_id=claim.task_id,
-                    source_turn_id=claim.turn_id,
-                    pending_id=claim.pending_id,
-                    message_ids=claim.message_ids,
-                    answers=claim.answers,
-                    claim_id=None,
-                    origin="watchdog",
-                )
+                outcome = await self.orchestrator.dispatch_answer(claim, Origin.WATCHDOG)
             watch.outcome = "dispatched" if outcome.accepted else f"failed:{outcome.message}"
             log.info(
                 "watchdog fallback finished",

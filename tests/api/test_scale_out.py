@@ -313,6 +313,9 @@ async def test_revocations_and_grants_reach_the_token_cache_of_every_process(
 # --- metrics ------------------------------------------------------------------------------------
 
 
+QUESTIONS = 'kind="clarification"'
+
+
 def sample(text: str, name: str, labels: str = "") -> float:
     """The value of the series `name{labels}` (labels in any order); 0 before the series exists."""
     wanted = dict(re.findall(r'(\w+)="([^"]*)"', labels))
@@ -339,7 +342,8 @@ async def test_metrics_count_a_cycle_a_conflict_and_the_database_work(server: Se
         async with admin.subscribe(ASK, {"s": session_id, "q": [QUESTION]}) as sub:
             pending_id = (await sub.next())["askClarification"]["bundle"]["pendingId"]
             waiting = await scrape(server)
-            assert sample(waiting, "turnwise_live_waiters") == sample(before, "turnwise_live_waiters") + 1
+            waiters = sample(waiting, "turnwise_live_waiters", QUESTIONS)
+            assert waiters == sample(before, "turnwise_live_waiters", QUESTIONS) + 1
             result = await admin.execute(RESPOND, {"p": pending_id, "a": ANSWER})
             assert result["respondToClarification"]["__typename"] == "ClarificationResponded"
             assert (await sub.next())["askClarification"]["__typename"] == "ClarificationAnswered"
@@ -362,7 +366,11 @@ async def test_metrics_count_a_cycle_a_conflict_and_the_database_work(server: Se
     assert moved("turnwise_clarification_live_answers_total") == 1
     assert moved("turnwise_clarification_detaches_total") == 1
     assert moved("turnwise_clarification_conflicts_total", 'reason="terminal"') == 1
-    assert sample(after, "turnwise_live_waiters") == sample(before, "turnwise_live_waiters")
+    assert moved("turnwise_live_waiters", QUESTIONS) == 0
+    assert moved("turnwise_pending_action_asks_total", QUESTIONS) == 2
+    assert moved("turnwise_pending_action_live_answers_total", QUESTIONS) == 1
+    assert moved("turnwise_pending_action_detaches_total", QUESTIONS) == 1
+    assert moved("turnwise_pending_action_conflicts_total", f'{QUESTIONS},reason="terminal"') == 1
     respond_ops = 'type="mutation",field="respondToClarification"'
     assert moved("turnwise_graphql_operation_seconds_count", respond_ops) == 2
     graphql_posts = 'route="/graphql",method="POST",status="2xx"'

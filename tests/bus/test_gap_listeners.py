@@ -12,9 +12,9 @@ from backend.bus import EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from tests.bus.support import eventually, redis_process
 from tests.lifecycle.support import FAST, Agent, new_session
 
@@ -49,7 +49,7 @@ async def test_after_a_gap_the_token_cache_is_cleared_and_waiters_reread_their_b
             await asyncio.to_thread(redis.stop)
             await eventually(lambda: _value(not bus.connected), what="bus lost")
             # Written while the bus is down: its event is lost, so only the gap can tell the waiter.
-            assert await svc.clarifications.cancel(agent.pending_id, authorize=trusted) is True
+            assert await svc.pending.cancel(agent.pending_id, authorize=trusted) is True
             await asyncio.to_thread(redis.start)
             await eventually(lambda: _value(bus.connected and bus.reconnects >= 1), what="bus back")
 

@@ -24,9 +24,9 @@ from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from tests.bus.support import redis_process
 from tests.lifecycle.support import FAST, Agent, new_session, rows, yes
 
@@ -51,9 +51,9 @@ class Gate:
         return held
 
 
-def gate(svc: Services, monkeypatch: pytest.MonkeyPatch, name: str) -> Gate:
+def gate(part: object, monkeypatch: pytest.MonkeyPatch, name: str) -> Gate:
     g = Gate()
-    monkeypatch.setattr(svc.clarifications, name, g.around(getattr(svc.clarifications, name)))
+    monkeypatch.setattr(part, name, g.around(getattr(part, name)))
     return g
 
 
@@ -95,9 +95,7 @@ async def waiting_agent(agents: Services, timeout_seconds: float) -> Agent:
 
 async def answer(responders: Services, agent: Agent) -> lc.RespondOutcome:
     """The person's answer, through the second process."""
-    return await responders.clarifications.respond(
-        agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-    )
+    return await responders.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
 
 
 @pytest.fixture
@@ -114,7 +112,7 @@ async def test_a_hand_off_without_receipt_is_restored_within_the_receipt_bound_a
 ) -> None:
     async with two_processes(db) as (agents, responders):
         agent = await waiting_agent(agents, timeout_seconds=5.0)
-        confirmation = gate(agents, monkeypatch, "_finalize")
+        confirmation = gate(agents.pending.asking, monkeypatch, "finalize")
         responding = asyncio.create_task(answer(responders, agent))
         await asyncio.wait_for(confirmation.entered.wait(), WITHIN)  # the waiter got the hand-off
         result = await asyncio.wait_for(responding, WITHIN)
@@ -128,7 +126,7 @@ async def test_a_hand_off_without_receipt_is_restored_within_the_receipt_bound_a
         outcome = await agent.outcome(WITHIN)
         assert isinstance(outcome, lc.Detached)
         assert [r["status"] for r in await rows(db, agent.pending_id)] == ["pending"]
-        bundle = await responders.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await responders.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
@@ -141,8 +139,8 @@ async def test_a_confirmation_that_commits_before_the_late_restore_is_reported_a
 ) -> None:
     async with two_processes(db) as (agents, responders):
         agent = await waiting_agent(agents, timeout_seconds=20.0)
-        confirmation = gate(agents, monkeypatch, "_finalize")
-        recovery = gate(responders, monkeypatch, "_recover_claim")
+        confirmation = gate(agents.pending.asking, monkeypatch, "finalize")
+        recovery = gate(responders.pending.responding, monkeypatch, "_recover_claim")
         responding = asyncio.create_task(answer(responders, agent))
         await asyncio.wait_for(confirmation.entered.wait(), WITHIN)
         await asyncio.wait_for(recovery.entered.wait(), WITHIN)  # no receipt: the responder gives up

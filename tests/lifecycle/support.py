@@ -21,9 +21,9 @@ from backend.domain.lifecycle import Answer, Bundle, Claim, WaitOutcome
 from backend.domain.permissions import ALLOW, DENY, Decision, Sent, request_of
 from backend.domain.states import PendingActionKind
 from backend.repository import message_fields
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 
 FAST = {
@@ -83,9 +83,7 @@ class Agent:
         cls, services: Services, session_id: str, qs: list[dict[str, Any]] | None = None, **kw: Any
     ) -> Agent:
         agent = cls(
-            services.clarifications.ask(
-                session_id, [QUESTION] if qs is None else qs, kw.pop("context", None), **kw
-            )
+            services.pending.ask(session_id, [QUESTION] if qs is None else qs, kw.pop("context", None), **kw)
         )
         asked = await agent.stream.__anext__()
         agent.bundle = asked.bundle  # type: ignore[union-attr]
@@ -226,18 +224,18 @@ class Kind:
         if self.is_permission:
             return await decide(svc, pending_id, ALLOW)
         if bundle is None:
-            bundle = await svc.clarifications.bundle(pending_id, authorize=trusted)
+            bundle = await svc.pending.bundle(pending_id, authorize=trusted)
             assert bundle is not None
         answers = [a for a in self.answers(bundle) if isinstance(a, Answer)]
-        return await svc.clarifications.respond(pending_id, answers, rejected=False, authorize=trusted)
+        return await svc.pending.respond(pending_id, answers, rejected=False, authorize=trusted)
 
     async def skip_or_deny(self, svc: Services, pending_id: str) -> lc.RespondOutcome:
         if self.is_permission:
             return await decide(svc, pending_id, DENY)
-        return await svc.clarifications.respond(pending_id, [], rejected=True, authorize=trusted)
+        return await svc.pending.respond(pending_id, [], rejected=True, authorize=trusted)
 
     async def active(self, svc: Services, session_ids: list[str]) -> dict[str, Bundle]:
-        return await svc.clarifications.active_bundles(session_ids, self.value)
+        return await svc.pending.active_bundles(session_ids, self.value)
 
     def in_prompt(self) -> str:
         """A text the resume prompt of `answer` on the default ask carries."""

@@ -14,9 +14,9 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.domain.permissions import Decision
-from backend.services.bundles import trusted
-from backend.services.clarifications import TaskAdvanceBlocked
 from backend.services.container import Services
+from backend.services.pending.actions import TaskAdvanceBlocked
+from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from backend.services.uow import Work
 from tests.lifecycle.support import (
@@ -50,14 +50,14 @@ async def detached_with_resumer(svc: Services) -> tuple[str, Agent, ScriptedResu
     """A new session whose question's wait timed out, and the resumer (accepting) an answer would use."""
     _, session_id = await new_session(svc)
     resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-    svc.clarifications.resumer = resumer
+    svc.pending.resumer = resumer
     agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
     await agent.outcome()
     return session_id, agent, resumer
 
 
 async def state_of(svc: Services, pending_id: str) -> BundleState:
-    bundle = await svc.clarifications.bundle(pending_id, authorize=trusted)
+    bundle = await svc.pending.bundle(pending_id, authorize=trusted)
     assert bundle is not None
     return bundle.state
 
@@ -158,7 +158,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
         agent.wait().add_done_callback(lambda _: order.append("agent received the answer"))
         # Hold the waiter's confirmation write until the test lets it go.
         entered, release = asyncio.Event(), asyncio.Event()
-        finalize = svc.clarifications._finalize
+        finalize = svc.pending.asking.finalize
 
         async def held(claim: lc.Claim) -> tuple[bool, Work]:
             entered.set()
@@ -167,12 +167,12 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
             order.append("confirmation committed")
             return settled
 
-        monkeypatch.setattr(svc.clarifications, "_finalize", held)
+        monkeypatch.setattr(svc.pending.asking, "finalize", held)
         answers = [Answer("q1", ("q1_opt2",), None), Answer("q2", (), "neither")][:count]
         responding = asyncio.create_task(
             kind.answer(svc, agent.pending_id)
             if kind.is_permission
-            else svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
+            else svc.pending.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(entered.wait(), 10)  # the hand-off reached the waiter
         claimed = await rows(db, agent.pending_id)
@@ -205,7 +205,7 @@ async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
 async def test_skip_of_a_live_bundle_is_delivered_to_the_same_turn_waiter(db: Database) -> None:
     async with running(db) as svc:
         _, agent = await live_agent(svc)
-        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
+        result = await svc.pending.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Rejected)
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"rejected"}
@@ -219,7 +219,7 @@ async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Datab
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
         assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
@@ -230,12 +230,12 @@ async def test_wait_timeout_detaches_and_the_question_stays_answerable(db: Datab
         assert (await kind.active(svc, [session_id]))[session_id].pending_id == agent.pending_id
         summary = (await svc.summaries.refresh([task_id]))[task_id]
         assert summary.pending_action == kind.value.value
-        blocked = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        blocked = await svc.pending.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(blocked, TaskAdvanceBlocked)
         assert blocked.session_id == session_id
         assert (await svc.reads.task(task_id)).workflow_step == "todo"
         # Answerable: the late answer resumes the agent with exactly that answer.
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         result = await kind.answer(svc, agent.pending_id)
         assert isinstance(result, lc.Responded)
@@ -254,8 +254,8 @@ async def test_repeated_detachment_is_a_semantic_no_op_without_a_duplicate_messa
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, questions(2))
         async with recording(svc) as log:
-            assert await svc.clarifications.detach_session(session_id) == 2
-            assert await svc.clarifications.detach_session(session_id) == 0
+            assert await svc.pending.detach_session(session_id) == 2
+            assert await svc.pending.detach_session(session_id) == 0
             turn = (await svc.reads.turns(session_id))[-1]
             await svc.operations.complete_turn(turn.id)
         assert sorted(log.kinds("message.updated")) == sorted(
@@ -278,7 +278,7 @@ async def test_turn_teardown_detaches_the_live_bundle_and_tells_its_waiter(db: D
 async def test_detached_current_turn_rejection_persists_without_resuming(db: Database) -> None:
     async with running(db) as svc:
         _, agent, resumer = await detached_with_resumer(svc)
-        result = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
+        result = await svc.pending.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(result, lc.Responded)
         assert result.resumed is False
         assert resumer.claims == []
@@ -338,7 +338,7 @@ async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database, ki
     async with running(db) as svc:
         _, session_id = await new_session(svc)
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         await svc.operations.start_turn(session_id)
@@ -359,10 +359,10 @@ async def test_stale_browser_answer_gets_conflict_and_no_resume(db: Database, ki
 async def test_response_to_a_terminal_bundle_is_a_conflict_carrying_the_winning_answer(db: Database) -> None:
     async with running(db) as svc:
         _, agent = await live_agent(svc)
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         await agent.outcome()
         before = await all_metadata(db)
-        late = await svc.clarifications.respond(agent.pending_id, [], rejected=True, authorize=trusted)
+        late = await svc.pending.respond(agent.pending_id, [], rejected=True, authorize=trusted)
         assert isinstance(late, lc.Conflict)
         assert late.reason == ConflictReason.TERMINAL
         assert late.bundle is not None
@@ -391,7 +391,7 @@ async def test_answers_are_validated_against_the_bundle_and_nothing_is_written(
         agent = await Agent.ask(svc, session_id, questions(2))
         before = await all_metadata(db)
         with pytest.raises(InvalidInput) as err:
-            await svc.clarifications.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
+            await svc.pending.respond(agent.pending_id, answers, rejected=False, authorize=trusted)
         assert err.value.field == field
         assert await all_metadata(db) == before
         await agent.close()
@@ -402,7 +402,7 @@ async def test_multi_select_question_takes_several_options(db: Database) -> None
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, [{**QUESTION, "multi_select": True}])
         agent.wait()
-        result = await svc.clarifications.respond(
+        result = await svc.pending.respond(
             agent.pending_id, [Answer("q1", ("q1_opt1", "q1_opt2"), None)], rejected=False, authorize=trusted
         )
         assert isinstance(result, lc.Responded)
@@ -420,9 +420,9 @@ async def test_unknown_pending_id_is_not_found(db: Database) -> None:
 
     async with running(db) as svc:
         with pytest.raises(NotFound):
-            await svc.clarifications.respond("no-such", [], rejected=True, authorize=trusted)
-        assert await svc.clarifications.bundle("no-such", authorize=trusted) is None
-        assert await svc.clarifications.cancel("no-such", authorize=trusted) is False
+            await svc.pending.respond("no-such", [], rejected=True, authorize=trusted)
+        assert await svc.pending.bundle("no-such", authorize=trusted) is None
+        assert await svc.pending.cancel("no-such", authorize=trusted) is False
 
 
 @pytest.mark.scenario("S32")

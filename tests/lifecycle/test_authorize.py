@@ -21,12 +21,12 @@ async def test_every_entry_point_authorizes_with_the_task_and_the_session(db: Da
             asked.append((task, session))
 
         live = await Agent.ask(svc, session_id)
-        await svc.clarifications.bundle(live.pending_id, authorize=record)
-        assert await svc.clarifications.cancel(live.pending_id, authorize=record) is True
+        await svc.pending.bundle(live.pending_id, authorize=record)
+        assert await svc.pending.cancel(live.pending_id, authorize=record) is True
         other = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await other.outcome()
-        await svc.clarifications.respond(other.pending_id, [], rejected=True, authorize=record)
-        await svc.clarifications.advance_task(task_id, "review", authorize=record)
+        await svc.pending.respond(other.pending_id, [], rejected=True, authorize=record)
+        await svc.pending.advance_task(task_id, "review", authorize=record)
         assert asked == [(task_id, session_id)] * 3 + [(task_id, None)]
         await live.close()
         await other.close()
@@ -41,8 +41,8 @@ async def test_a_refusing_authorizer_stops_cancel_before_anything_is_written(db:
             raise Forbidden("not yours")
 
         with pytest.raises(Forbidden):
-            await svc.clarifications.cancel(agent.pending_id, authorize=refuse)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=lambda _t, _s: None)
+            await svc.pending.cancel(agent.pending_id, authorize=refuse)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=lambda _t, _s: None)
         assert bundle is not None
         assert {r.status for r in bundle.rows} == {"pending"}
         await agent.close()
@@ -57,6 +57,6 @@ async def test_forgetting_the_authorizer_is_an_error(db: Database, call: str) ->
             "respond": ("p", []),
             "advance_task": ("t", "review"),
         }
-        method = getattr(svc.clarifications, call)
+        method = getattr(svc.pending, call)
         with pytest.raises(TypeError, match="authorize"):
             await method(*args[call], **({"rejected": True} if call == "respond" else {}))

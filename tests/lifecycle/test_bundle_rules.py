@@ -15,10 +15,10 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.repository import claims, locks, pending, turns
 from backend.repository import clarifications as repo
-from backend.services.bundles import trusted
-from backend.services.clarifications import TaskAdvanced
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
+from backend.services.pending.actions import TaskAdvanced
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import (
     Agent,
     Kind,
@@ -84,7 +84,7 @@ async def test_bundle_turn_identity_ignores_legacy_empty_ids_and_refuses_conflic
         },
     )
     async with running(db) as svc:
-        bundle = await svc.clarifications.bundle("b1", authorize=trusted)
+        bundle = await svc.pending.bundle("b1", authorize=trusted)
         assert bundle is not None
         answers = yes("q0", "q1")
         if usable:
@@ -93,14 +93,14 @@ async def test_bundle_turn_identity_ignores_legacy_empty_ids_and_refuses_conflic
             assert bundle.state == BundleState.ACTIVE_DETACHED
             assert [r.turn_id for r in bundle.pending_rows] == ["t1"]
             assert await projection(svc, "s1") == "clarification"
-            done = await svc.clarifications.respond("b1", [], rejected=True, authorize=trusted)
+            done = await svc.pending.respond("b1", [], rejected=True, authorize=trusted)
             assert isinstance(done, lc.Responded)
             # The legacy row is history (never active by the rule); the bundle is finished.
             assert {r["turn_id"]: r["status"] for r in await rows_with_turns(db, "b1")} == {
                 "t1": "rejected",
                 "": "pending",
             }
-            finished = await svc.clarifications.bundle("b1", authorize=trusted)
+            finished = await svc.pending.bundle("b1", authorize=trusted)
             assert finished is not None
             assert finished.state == BundleState.TERMINAL
             assert await projection(svc, "s1") is None
@@ -108,7 +108,7 @@ async def test_bundle_turn_identity_ignores_legacy_empty_ids_and_refuses_conflic
             # Conflicting ids: no turn identity, so the bundle is inert history and nothing is written.
             assert bundle.turn_id is None
             assert bundle.state == BundleState.SUPERSEDED_HISTORY
-            conflict = await svc.clarifications.respond("b1", answers, rejected=False, authorize=trusted)
+            conflict = await svc.pending.respond("b1", answers, rejected=False, authorize=trusted)
             assert isinstance(conflict, lc.Conflict)
             assert conflict.reason == ConflictReason.SUPERSEDED
             assert {r["status"] for r in await rows(db, "b1")} == {"pending"}
@@ -135,13 +135,11 @@ async def test_a_live_waiter_is_drained_when_its_row_has_no_durable_turn_and_the
         assert await agent.outcome() == lc.Closed(agent.pending_id, "pending")
         # ... but the row is left exactly as it was: pending, inert, not answerable, not projected.
         assert await all_metadata(db) == before
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         assert await projection(svc, session_id) is None
-        conflict = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        conflict = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(conflict, lc.Conflict)
         assert await all_metadata(db) == before
         await agent.close()
@@ -170,11 +168,11 @@ async def test_one_bundles_reject_cancel_delete_or_expiry_leaves_sibling_bundles
             untouched.pop(sibling.pending_id)  # expiry is per session: the same-turn sibling expires too
         if action == "reject":
             assert isinstance(
-                await svc.clarifications.respond(target.pending_id, [], rejected=True, authorize=trusted),
+                await svc.pending.respond(target.pending_id, [], rejected=True, authorize=trusted),
                 lc.Responded,
             )
         elif action == "cancel":
-            assert await svc.clarifications.cancel(target.pending_id, authorize=trusted) is True
+            assert await svc.pending.cancel(target.pending_id, authorize=trusted) is True
         elif action == "delete":
             for r in await rows(db, target.pending_id):
                 assert await svc.operations.delete_message(r["id"]) is True
@@ -189,7 +187,7 @@ async def test_one_bundles_reject_cancel_delete_or_expiry_leaves_sibling_bundles
         assert not elsewhere.waiting.done()  # type: ignore[union-attr]
         if action != "expire":
             assert not sibling.waiting.done()  # type: ignore[union-attr]
-            bundle = await svc.clarifications.bundle(sibling.pending_id, authorize=trusted)
+            bundle = await svc.pending.bundle(sibling.pending_id, authorize=trusted)
             assert bundle is not None
             assert bundle.state == BundleState.ACTIVE_LIVE
         for agent in (older, target, sibling, elsewhere):
@@ -218,7 +216,7 @@ async def test_detachment_racing_a_newer_turn_never_overwrites(db: Database, ord
         assert row["agent_disconnected"] is (order == "detach-first")
         updated = log.kinds("message.updated")
         assert updated == ([] if order == "newer-turn-first" else [row["id"]])
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         # Concurrently as well: whichever wins, the newer turn owns the session and the row is inert.
@@ -247,7 +245,7 @@ async def test_a_wait_that_runs_out_after_a_newer_turn_superseded_its_question_e
         (row,) = await rows(db, agent.pending_id)
         assert row["status"] == "pending"
         assert not row.get("agent_disconnected"), "history is never detached"
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         await agent.close()
@@ -258,7 +256,7 @@ async def test_a_wait_that_runs_out_on_a_current_question_still_detaches(db: Dat
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.1)
         assert await agent.outcome() == lc.Detached(agent.pending_id)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
@@ -271,14 +269,14 @@ async def test_a_terminal_session_whose_expiry_write_failed_still_rejects_a_stal
     )
     async with running(db) as svc:
         before = await all_metadata(db)
-        bundle = await svc.clarifications.bundle("b1", authorize=trusted)
+        bundle = await svc.pending.bundle("b1", authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         assert await projection(svc, "s1") is None
-        stale = await svc.clarifications.respond("b1", yes("q1"), rejected=False, authorize=trusted)
+        stale = await svc.pending.respond("b1", yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(stale, lc.Conflict)
         assert stale.reason == ConflictReason.TERMINAL
-        assert await svc.clarifications.cancel("b1", authorize=trusted) is False
+        assert await svc.pending.cancel("b1", authorize=trusted) is False
         # Even a claim that got past the service is refused by the terminal-session predicate.
         async with db.write() as conn:
             await locks.lock_sessions(conn, ["s1"])
@@ -295,9 +293,7 @@ async def test_a_terminal_session_whose_expiry_write_failed_still_rejects_a_stal
         assert claimed == []
         assert await all_metadata(db) == before
         # The pending history does not block the workflow either.
-        assert isinstance(
-            await svc.clarifications.advance_task("task1", "next", authorize=trusted), TaskAdvanced
-        )
+        assert isinstance(await svc.pending.advance_task("task1", "next", authorize=trusted), TaskAdvanced)
 
 
 async def test_a_wait_cancelled_as_a_notice_arrives_ends_at_once_and_detaches(db: Database) -> None:
@@ -313,7 +309,7 @@ async def test_a_wait_cancelled_as_a_notice_arrives_ends_at_once_and_detaches(db
             await waiting
         # The disconnected agent's bundle is detached, not left with a waiter nobody listens to.
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {True}
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.stream.aclose()

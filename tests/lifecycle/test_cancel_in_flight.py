@@ -22,7 +22,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
 from backend.repository import clarifications as repo
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import Kind, ScriptedResumer, new_session, recording, rows, running
 from tests.resume.support import eventually
@@ -42,7 +42,7 @@ async def test_a_live_wait_ending_after_the_responder_loaded_it_sends_the_respon
     async with running(db, live_confirmation_seconds=CONFIRMATION_SECONDS) as svc:
         _, session_id = await new_session(svc)
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         agent = await kind.ask(svc, session_id)
         bundle = agent.bundle
         assert bundle is not None
@@ -105,7 +105,7 @@ async def test_a_respond_in_flight_while_a_cancel_commits_returns_the_cancelled_
     async with running(db, live_confirmation_seconds=CONFIRMATION_SECONDS) as svc:
         _, session_id = await new_session(svc)
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         # A live waiter that consumes nothing: any hand-off to it would stay unconfirmed.
         agent = await kind.ask(svc, session_id)
 
@@ -122,7 +122,7 @@ async def test_a_respond_in_flight_while_a_cancel_commits_returns_the_cancelled_
 
         monkeypatch.setattr(repo, "close_pending", held_close)
         async with recording(svc) as log:
-            cancelling = asyncio.create_task(svc.clarifications.cancel(agent.pending_id, authorize=trusted))
+            cancelling = asyncio.create_task(svc.pending.cancel(agent.pending_id, authorize=trusted))
             await asyncio.wait_for(written.wait(), 5)
             responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
             await asyncio.sleep(0.2)

@@ -17,8 +17,7 @@ import pytest
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
-from backend.services.bundles import trusted
-from backend.services.container import Services
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, rows, running
 
 BOUND = 0.2  # the responder's live-confirmation bound: the held confirmation outlives it
@@ -42,9 +41,9 @@ class Gate:
         return held
 
 
-def gate(svc: Services, monkeypatch: pytest.MonkeyPatch, name: str) -> Gate:
+def gate(part: object, monkeypatch: pytest.MonkeyPatch, name: str) -> Gate:
     g = Gate()
-    monkeypatch.setattr(svc.clarifications, name, g.around(getattr(svc.clarifications, name)))
+    monkeypatch.setattr(part, name, g.around(getattr(part, name)))
     return g
 
 
@@ -66,7 +65,7 @@ async def test_a_late_confirmation_loses_to_the_responders_restore_and_never_rea
         agent = await kind.ask(svc, session_id)
         assert agent.bundle is not None
         agent.wait()
-        confirmation = gate(svc, monkeypatch, "_finalize")
+        confirmation = gate(svc.pending.asking, monkeypatch, "finalize")
         responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await entered(confirmation)  # the confirmation started; the responder's bound runs out
         result = await responding
@@ -80,7 +79,7 @@ async def test_a_late_confirmation_loses_to_the_responders_restore_and_never_rea
         outcome = await agent.outcome()
         assert isinstance(outcome, lc.Detached)
         assert await rows(db, agent.pending_id) == restored
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         # The claim the waiter held is the responder's snapshot, unchanged and unchangeable.
@@ -100,8 +99,8 @@ async def test_a_late_confirmation_that_commits_first_is_never_reopened_by_the_r
         agent = await kind.ask(svc, session_id)
         assert agent.bundle is not None
         agent.wait()
-        confirmation = gate(svc, monkeypatch, "_finalize")
-        recovery = gate(svc, monkeypatch, "_recover_claim")
+        confirmation = gate(svc.pending.asking, monkeypatch, "finalize")
+        recovery = gate(svc.pending.responding, monkeypatch, "_recover_claim")
         responding = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
         await entered(confirmation)
         await entered(recovery)  # the responder's bound ran out while the confirmation was in flight
@@ -118,7 +117,7 @@ async def test_a_late_confirmation_that_commits_first_is_never_reopened_by_the_r
         assert isinstance(result, lc.Responded)
         assert result.bundle.state == BundleState.TERMINAL
         assert await rows(db, agent.pending_id) == finalized
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         again = await kind.answer(svc, agent.pending_id, agent.bundle)

@@ -17,8 +17,8 @@ from backend.bus import TASK_CHANNEL
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, Answer
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Agent, new_session, questions, rows, running
 
 READY = "test.observer_ready"
@@ -75,9 +75,7 @@ async def test_a_live_answers_terminal_events_are_published_only_once_the_waiter
         agent = await Agent.ask(svc, session_id, questions(count))  # not consuming the hand-off yet
         async with observed(svc, db, agent.pending_id) as seen:
             responding = asyncio.create_task(
-                svc.clarifications.respond(
-                    agent.pending_id, answers(count), rejected=False, authorize=trusted
-                )
+                svc.pending.respond(agent.pending_id, answers(count), rejected=False, authorize=trusted)
             )
             await claimed(db, agent.pending_id)
             await asyncio.sleep(0.3)  # events of the claim, had there been any, arrive meanwhile
@@ -104,7 +102,7 @@ async def test_a_live_answer_that_is_never_confirmed_publishes_only_its_restored
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id, questions(count))  # never consumes the hand-off
         async with observed(svc, db, agent.pending_id) as seen:
-            result = await svc.clarifications.respond(
+            result = await svc.pending.respond(
                 agent.pending_id, answers(count), rejected=False, authorize=trusted
             )
             assert isinstance(result, lc.DeliveryFailed)

@@ -12,9 +12,9 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.repository import turns
-from backend.services.bundles import trusted
-from backend.services.clarifications import TaskAdvanced
 from backend.services.container import Services
+from backend.services.pending.actions import TaskAdvanced
+from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import (
     Kind,
@@ -29,7 +29,7 @@ from tests.lifecycle.support import (
 
 
 async def state_of(svc: Services, pending_id: str) -> BundleState:
-    bundle = await svc.clarifications.bundle(pending_id, authorize=trusted)
+    bundle = await svc.pending.bundle(pending_id, authorize=trusted)
     assert bundle is not None
     return bundle.state
 
@@ -41,7 +41,7 @@ async def test_deleting_every_message_of_the_newer_turn_keeps_it_current_and_the
     async with running(db) as svc:
         task_id, session_id = await new_session(svc)
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         older = await kind.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await older.outcome(), lc.Detached)
         history = await rows(db, older.pending_id)
@@ -74,7 +74,7 @@ async def test_deleting_every_message_of_the_newer_turn_keeps_it_current_and_the
         assert isinstance(late, lc.Conflict)
         assert late.reason == ConflictReason.SUPERSEDED
         assert resumer.claims == []
-        advanced = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        advanced = await svc.pending.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(advanced, TaskAdvanced)
         await older.close()
 
@@ -95,15 +95,15 @@ async def test_waiting_again_on_an_open_request_re_attaches_that_request_and_wri
             await waiting
             await other.close()
             assert len(await svc.permissions.rules(session_id, authorize=trusted)) == 1
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         before = [r["id"] for r in await all_metadata(db)]
         # A wait that runs out again: detached again, the same request, nothing new written.
-        assert await svc.clarifications.wait_again(bundle, 0.05) == lc.Detached(agent.pending_id)
+        assert await svc.pending.wait_again(bundle, 0.05) == lc.Detached(agent.pending_id)
         assert [r["id"] for r in await all_metadata(db)] == before
         assert await state_of(svc, agent.pending_id) == BundleState.ACTIVE_DETACHED
         # A wait that gets the answer: the waiter holds that request, live, and receives it.
-        waiting_again = asyncio.create_task(svc.clarifications.wait_again(bundle, 10))
+        waiting_again = asyncio.create_task(svc.pending.wait_again(bundle, 10))
         for _ in range(200):
             if await state_of(svc, agent.pending_id) == BundleState.ACTIVE_LIVE:
                 break
@@ -124,14 +124,14 @@ async def test_waiting_again_on_a_request_no_longer_open_writes_nothing(db: Data
         agent = await kind.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
         await agent.close()
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         # Newer work supersedes it after the agent read it, before it waits again: asking its
         # questions (or its tool call) again would write a new request in the new turn.
         await svc.operations.start_turn(session_id)
         before = await all_metadata(db)
         async with recording(svc) as log:
-            assert await svc.clarifications.wait_again(bundle, 0.05) is None
+            assert await svc.pending.wait_again(bundle, 0.05) is None
         assert await all_metadata(db) == before
         assert log.events == []
         assert await kind.active(svc, [session_id]) == {}

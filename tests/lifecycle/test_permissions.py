@@ -21,7 +21,7 @@ from backend.domain.permissions import (
     validate_permission,
 )
 from backend.domain.states import PendingActionKind
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import (
     BASH,
@@ -53,7 +53,7 @@ async def test_a_live_allow_reaches_the_waiting_agent_with_the_input_as_asked(db
         assert request_of(stored) == {"tool_name": "Bash", "input": BASH, "tool_use_id": "toolu_1"}
         assert (await svc.reads.session(session_id)).state == "WAITING_FOR_INPUT"
         assert set(await svc.permissions.active([session_id])) == {session_id}
-        assert await svc.clarifications.active_bundles([session_id]) == {}
+        assert await svc.pending.active_bundles([session_id]) == {}
         waiting = agent.wait()
         result = await decide(svc, agent.pending_id)
         assert isinstance(result, lc.Responded)
@@ -111,7 +111,7 @@ async def test_a_live_deny_tells_the_agent_why(db: Database) -> None:
 async def test_a_late_allow_resumes_the_detached_agent_and_a_late_deny_does_not(db: Database) -> None:
     async with running(db) as svc:
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         _, session_id = await new_session(svc)
         agent = await ToolAgent.ask(svc, session_id, timeout_seconds=0.05)
         assert isinstance(await agent.outcome(), lc.Detached)
@@ -182,7 +182,7 @@ async def test_a_remembered_allow_decides_the_next_matching_request_at_once_unti
 async def test_a_decision_on_a_superseded_request_is_a_conflict_and_reaches_nobody(db: Database) -> None:
     async with running(db) as svc:
         resumer = ScriptedResumer(ResumeOutcome(accepted=True, retryable=False))
-        svc.clarifications.resumer = resumer
+        svc.pending.resumer = resumer
         _, session_id = await new_session(svc)
         agent = await ToolAgent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
@@ -201,7 +201,7 @@ async def test_each_kind_answers_only_through_its_own_respond(db: Database) -> N
         _, session_id = await new_session(svc)
         tool = await ToolAgent.ask(svc, session_id)
         with pytest.raises(NotFound):
-            await svc.clarifications.respond(tool.pending_id, [], rejected=True, authorize=trusted)
+            await svc.pending.respond(tool.pending_id, [], rejected=True, authorize=trusted)
         await tool.close()
         _, other = await new_session(svc)
         question = await Agent.ask(svc, other)

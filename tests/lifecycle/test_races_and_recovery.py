@@ -14,8 +14,8 @@ from backend.domain.lifecycle import Answer, BundleState, ConflictReason
 from backend.domain.permissions import Decision
 from backend.domain.states import SessionState
 from backend.repository import claims, locks
-from backend.services.bundles import trusted
-from backend.services.clarifications import TaskAdvanceBlocked, TaskAdvanced
+from backend.services.pending.actions import TaskAdvanceBlocked, TaskAdvanced
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import (
     Agent,
     Kind,
@@ -38,7 +38,7 @@ async def test_fifty_concurrent_responders_to_one_bundle_exactly_one_succeeds(db
         agent.wait()
         results = await asyncio.gather(
             *(
-                svc.clarifications.respond(
+                svc.pending.respond(
                     agent.pending_id,
                     [Answer("q1", (f"q1_opt{1 + i % 2}",), None)],
                     rejected=False,
@@ -66,7 +66,7 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
         # The agent asked but does not consume the hand-off: delivery stays unconfirmed.
         agent = await Agent.ask(svc, session_id)
         responding = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+            svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         for _ in range(200):
             if any(r.get("response_delivery_pending") for r in await rows(db, agent.pending_id)):
@@ -79,7 +79,7 @@ async def test_a_turn_started_while_a_live_claim_is_in_flight_keeps_the_answer_t
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"answered"}
         assert not any(r.get("response_delivery_pending") for r in stored)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         await agent.close()
@@ -99,7 +99,7 @@ async def test_unconfirmed_live_delivery_restores_exactly_the_claimed_rows_while
         assert {r["status"] for r in stored} == {"pending"}
         assert not any("response" in r or "response_delivery_pending" in r for r in stored)
         # The waiter never confirmed, so it no longer counts as live: the next answer is detached.
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
@@ -127,7 +127,7 @@ async def test_a_live_claim_whose_commit_reply_was_lost_is_restored_still_attach
             if {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}:
                 break
             await asyncio.sleep(0.02)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_LIVE, bundle.state
         await asyncio.sleep(0.2)  # the restore's events reached the waiter: it still waits
@@ -150,10 +150,8 @@ async def test_detach_racing_an_answer_never_overwrites_it(db: Database) -> None
             agent.wait()
             async with recording(svc) as log:
                 detached, result = await asyncio.gather(
-                    svc.clarifications.detach_session(session_id),
-                    svc.clarifications.respond(
-                        agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-                    ),
+                    svc.pending.detach_session(session_id),
+                    svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
                 )
             # Whichever came first, the answer is kept and reaches the agent exactly once.
             assert isinstance(result, lc.Responded)
@@ -240,16 +238,14 @@ async def test_partial_bundle_claims_only_pending_siblings_and_keeps_terminal_on
                 detach_rows=False,
             )
         before_q1 = (await rows(db, agent.pending_id))[0]
-        failed = await svc.clarifications.respond(
-            agent.pending_id, yes("q2"), rejected=False, authorize=trusted
-        )
+        failed = await svc.pending.respond(agent.pending_id, yes("q2"), rejected=False, authorize=trusted)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable
         after = await rows(db, agent.pending_id)
         assert after[0] == before_q1
         assert after[1]["status"] == "pending"
         # Detached now: the retry resumes the agent with the pending sibling only.
-        ok = await svc.clarifications.respond(agent.pending_id, yes("q2"), rejected=False, authorize=trusted)
+        ok = await svc.pending.respond(agent.pending_id, yes("q2"), rejected=False, authorize=trusted)
         assert isinstance(ok, lc.Responded)
         assert ok.resumed is True
         (request,) = executor.received
@@ -268,14 +264,14 @@ async def test_cancel_of_a_live_request_ends_its_waiter_and_touches_no_other_bun
         first = await Agent.ask(svc, session_id, questions(1))
         second = await Agent.ask(svc, session_id, questions(2))
         first.wait()
-        assert await svc.clarifications.cancel(first.pending_id, authorize=trusted) is True
+        assert await svc.pending.cancel(first.pending_id, authorize=trusted) is True
         outcome = await first.outcome()
         assert isinstance(outcome, lc.Closed)
         assert outcome.status == "cancelled"
         assert {r["status"] for r in await rows(db, first.pending_id)} == {"cancelled"}
         assert {r["status"] for r in await rows(db, second.pending_id)} == {"pending"}
-        assert await svc.clarifications.cancel(first.pending_id, authorize=trusted) is False
-        active = await svc.clarifications.active_bundles([session_id])
+        assert await svc.pending.cancel(first.pending_id, authorize=trusted) is False
+        active = await svc.pending.active_bundles([session_id])
         assert active[session_id].pending_id == second.pending_id
         await first.close()
         await second.close()
@@ -287,7 +283,7 @@ async def test_cancel_of_a_detached_request_is_refused_without_a_write(db: Datab
         agent = await Agent.ask(svc, session_id, timeout_seconds=0.05)
         await agent.outcome()
         before = await rows(db, agent.pending_id)
-        assert await svc.clarifications.cancel(agent.pending_id, authorize=trusted) is False
+        assert await svc.pending.cancel(agent.pending_id, authorize=trusted) is False
         assert await rows(db, agent.pending_id) == before
         await agent.close()
 
@@ -324,12 +320,12 @@ async def test_workflow_guard_blocks_on_an_active_question_and_never_on_an_older
         await svc.operations.start_turn(secondary.id)
         agent = await kind.ask(svc, secondary.id, timeout_seconds=0.05)
         await agent.outcome()
-        blocked = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        blocked = await svc.pending.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(blocked, TaskAdvanceBlocked)
         assert blocked.session_id == secondary.id
         assert (await svc.reads.task(task_id)).workflow_step == "todo"
         await svc.operations.start_turn(secondary.id)  # the question is now older-turn history
-        advanced = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        advanced = await svc.pending.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(advanced, TaskAdvanced)
         assert advanced.task.workflow_step == "review"
         await agent.close()
@@ -340,7 +336,7 @@ async def test_workflow_guard_fails_closed_when_the_active_state_read_fails(db: 
         task_id, _ = await new_session(svc)
         faults.configure(["workflow_guard_read"])
         try:
-            result = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+            result = await svc.pending.advance_task(task_id, "review", authorize=trusted)
         finally:
             faults.configure([])
         assert isinstance(result, TaskAdvanceBlocked)
@@ -389,7 +385,7 @@ async def test_startup_restores_an_unhanded_current_turn_claim_and_the_same_answ
         stored = await rows(db, agent.pending_id)
         assert stored[0]["status"] == "pending"
         assert "response_delivery_pending" not in stored[0]
-        bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await restarted.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         # The agent reconnects and asks again: same bundle, live again, and the answer arrives.
@@ -419,6 +415,6 @@ async def test_startup_retires_the_intent_of_a_superseded_or_terminal_claim(db: 
             stored = await rows(db, a.pending_id)
             assert stored[0]["status"] == "answered"
             assert "response_delivery_pending" not in stored[0]
-            bundle = await svc.clarifications.bundle(a.pending_id, authorize=trusted)
+            bundle = await svc.pending.bundle(a.pending_id, authorize=trusted)
             assert bundle is not None
             assert bundle.state == BundleState.TERMINAL

@@ -18,8 +18,8 @@ from backend.db import tables
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, Answer, BundleState, ConflictReason
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Agent, new_session, recording, rows, running
 from tests.resume.support import GatedExecutor, detached_question, resuming
 
@@ -61,7 +61,7 @@ async def second_responses(svc: Services, pending_id: str) -> list[lc.RespondOut
         await asyncio.gather(
             *(
                 # Answers and skips alike.
-                svc.clarifications.respond(
+                svc.pending.respond(
                     pending_id, [] if i % 2 else answer(f"loser {i}"), rejected=i % 2 == 1, authorize=trusted
                 )
                 for i in range(LOSERS)
@@ -85,9 +85,7 @@ async def test_second_responses_to_a_live_claim_in_flight_write_nothing(db: Data
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)  # holds the first claim's delivery until it waits
         first = asyncio.create_task(
-            svc.clarifications.respond(
-                agent.pending_id, answer("the winner"), rejected=False, authorize=trusted
-            )
+            svc.pending.respond(agent.pending_id, answer("the winner"), rejected=False, authorize=trusted)
         )
         await claim_held(db, agent.pending_id)
         before = await database_state(db)
@@ -115,12 +113,10 @@ async def test_second_responses_to_a_detached_claim_in_flight_write_nothing_and_
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         first = asyncio.create_task(
-            svc.clarifications.respond(
-                agent.pending_id, answer("the winner"), rejected=False, authorize=trusted
-            )
+            svc.pending.respond(agent.pending_id, answer("the winner"), rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(gate.started.wait(), 5)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.DELIVERY_CLAIMED
         before = await database_state(db)

@@ -6,8 +6,8 @@ import pytest
 
 from backend.db.engine import Database
 from backend.domain.lifecycle import BundleState
-from backend.services.bundles import trusted
-from backend.services.clarifications import TaskAdvanced
+from backend.services.pending.actions import TaskAdvanced
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, recording, rows, running
 from tests.resume.support import eventually
 
@@ -41,15 +41,15 @@ async def test_a_newer_turn_leaves_an_older_detached_question_inert_history_thro
         page = await svc.reads.messages(session_id, first=None, after=None)
         assert old_ids <= {m.id for m in page}
         # No overlay, no pending projection, no workflow barrier.
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         assert await kind.active(svc, [session_id]) == {}
-        assert await svc.clarifications.active_bundles([session_id]) == {}
+        assert await svc.pending.active_bundles([session_id]) == {}
         projection = (await svc.reads.pending_for_sessions([session_id]))[session_id]
         assert projection.current_turn_id == newer.id
         assert projection.pending_action is None
-        advanced = await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        advanced = await svc.pending.advance_task(task_id, "review", authorize=trusted)
         assert isinstance(advanced, TaskAdvanced)
         assert advanced.task.workflow_step == "review"
         await agent.close()

@@ -14,8 +14,8 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
 from backend.domain.states import ClarificationStatus, SessionState
 from backend.repository import locks, pending
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, questions, recording, rows, running
 from tests.resume.support import eventually
 
@@ -83,7 +83,7 @@ async def test_a_terminal_transition_expires_every_current_turn_bundle_before_it
         )
         for agent in (detached, live):
             assert {r["status"] for r in await rows(db, agent.pending_id)} == {"expired"}
-            bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+            bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
             assert bundle is not None
             assert bundle.state == BundleState.TERMINAL
         # No overlay is left: no pending projection, the live waiter was told, answers conflict.
@@ -122,7 +122,7 @@ async def test_a_cancelled_request_detaches_in_a_finite_context_that_gives_up_wh
         # Nothing half-written: the detach never committed, the waiter is gone, the question is
         # answerable as a detached one.
         assert {r["agent_disconnected"] for r in await rows(db, agent.pending_id)} == {False}
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
 

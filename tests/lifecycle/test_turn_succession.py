@@ -5,7 +5,7 @@ from __future__ import annotations
 from backend.db.engine import Database
 from backend.domain.lifecycle import Answered
 from backend.repository import pending, tasks, turns
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Agent, new_session, running, yes
 from tests.resume.support import detached_question, resuming
 
@@ -47,7 +47,7 @@ async def test_a_live_answer_returns_the_waiting_session_to_running(db: Database
         agent = await Agent.ask(svc, session_id)
         assert await _state(db, session_id) == "WAITING_FOR_INPUT"
         agent.wait()
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(await agent.outcome(), Answered)
         assert await _state(db, session_id) == "RUNNING"
 
@@ -60,7 +60,7 @@ async def test_a_session_keeps_waiting_while_another_question_is_active(db: Data
         second = await Agent.ask(
             svc, session_id, [{"prompt": "Other?", "options": [{"label": "a"}, {"label": "b"}]}]
         )
-        await svc.clarifications.respond(first.pending_id, [], rejected=True, authorize=trusted)
+        await svc.pending.respond(first.pending_id, [], rejected=True, authorize=trusted)
         assert await _state(db, session_id) == "WAITING_FOR_INPUT"
         await second.close()
 
@@ -71,9 +71,7 @@ async def test_a_resumed_detached_answer_ends_the_question_turn_and_the_session_
         async with db.read() as conn:
             question_turn = await turns.current_turn(conn, session_id)
         agent = await detached_question(svc, session_id)
-        outcome = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        outcome = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert getattr(outcome, "resumed", False) is True
         async with db.read() as conn:
             successor = await turns.current_turn(conn, session_id)

@@ -39,8 +39,8 @@ from backend.domain import lifecycle as lc
 from backend.domain.clarification import flag
 from backend.domain.errors import InvalidInput, InvalidState, NotFound
 from backend.domain.states import SessionState
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from tests.conftest import wipe
 from tests.reliability.model import (
     ACTIVE_DETACHED,
@@ -305,7 +305,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
                 {"prompt": f"Question {self.counter}.{i}?", "options": [{"label": "yes"}, {"label": "no"}]}
                 for i in range(n)
             ]
-            stream = self.svc.clarifications.ask(s.id, questions, None)
+            stream = self.svc.pending.ask(s.id, questions, None)
             if s.terminal:
                 self._expect_error(stream.__anext__(), InvalidState)
                 return
@@ -356,9 +356,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             answers = self._answers(b, choices)
             executor = self.svc.orchestrator.executor
             executor.outcomes = [outcome]  # type: ignore[attr-defined]
-            respond = self.svc.clarifications.respond(
-                b.pending_id, answers, rejected=False, authorize=trusted
-            )
+            respond = self.svc.pending.respond(b.pending_id, answers, rejected=False, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
                 return
@@ -401,7 +399,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def skip(self, pick: int, active: bool) -> None:
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=True, authorize=trusted)
+            respond = self.svc.pending.respond(b.pending_id, [], rejected=True, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
                 return
@@ -422,7 +420,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             """Bad input: nothing is written (the after-step checks prove it), the field is named."""
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            respond = self.svc.clarifications.respond(b.pending_id, [], rejected=False, authorize=trusted)
+            respond = self.svc.pending.respond(b.pending_id, [], rejected=False, authorize=trusted)
             if state == GONE:
                 self._expect_error(respond, NotFound)
             elif state in (ACTIVE_LIVE, ACTIVE_DETACHED):
@@ -434,7 +432,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
         def cancel(self, pick: int, active: bool) -> None:
             b = self._bundle(pick, active)
             state = self.model.state(b.pending_id)
-            cancelled = self.h.run(self.svc.clarifications.cancel(b.pending_id, authorize=trusted))
+            cancelled = self.h.run(self.svc.pending.cancel(b.pending_id, authorize=trusted))
             assert cancelled is (state == ACTIVE_LIVE)
             if cancelled:
                 for q in b.pending:
@@ -543,7 +541,7 @@ def make_machine(harness: Harness) -> type[RuleBasedStateMachine]:
             async def load_all() -> dict[str, lc.Bundle | None]:
                 # One read snapshot for every bundle, each derived exactly as respond derives it.
                 async with self.svc.deps.db.read() as conn:
-                    return {p: await self.svc.clarifications._load(conn, p) for p in self.model.bundles}
+                    return {p: await self.svc.pending.core.load(conn, p) for p in self.model.bundles}
 
             loaded = self.h.run(load_all())
             for pending_id, b in self.model.bundles.items():

@@ -22,7 +22,7 @@ from backend.db.prepared import FastPathContext, Prepared, begin_with, run_alone
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import Answered
 from backend.repository import locks
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from tests.conftest import wipe
 from tests.lifecycle.support import Agent, new_session, running, yes
 from tests.repository.test_prepared import seed_session
@@ -347,9 +347,7 @@ async def test_pooler_mode_prepares_nothing_by_name_and_works(pg_url: str) -> No
             for _ in range(2):
                 agent = await Agent.ask(svc, session)
                 waiting = agent.wait()
-                await svc.clarifications.respond(
-                    agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-                )
+                await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
                 assert isinstance(await agent.outcome(), Answered)
                 assert waiting.done()
                 await agent.close()

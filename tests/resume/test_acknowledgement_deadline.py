@@ -15,7 +15,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, recording, rows, yes
 from tests.resume.support import (
     GatedExecutor,
@@ -62,7 +62,7 @@ async def test_silence_before_the_attempt_marker_is_a_failed_admission_that_rest
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
         # The still-current bundle is restored: pending, no answer, no intent, answerable.
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         assert bundle.turn_id == source_turn == bundle.current_turn_id
@@ -93,9 +93,7 @@ async def test_silence_after_the_attempt_marker_is_ambiguous_terminal_and_never_
         agent = await detached_question(svc, session_id)
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
-            failed = await svc.clarifications.respond(
-                agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-            )
+            failed = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
@@ -111,9 +109,7 @@ async def test_silence_after_the_attempt_marker_is_ambiguous_terminal_and_never_
         stored = await rows(db, agent.pending_id)
         assert {r["status"] for r in stored} == {"answered"}
         assert not any(INTENT_KEY in r for r in stored)
-        again = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        again = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(again, lc.Conflict)
         assert again.reason == ConflictReason.TERMINAL
         assert len(gate.received) == 1
@@ -123,7 +119,7 @@ async def test_silence_after_the_attempt_marker_is_ambiguous_terminal_and_never_
         await restarted.recovery.run()
         await restarted.resume_recovery.replay_outbox()
         assert executor.received == []
-        bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await restarted.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}

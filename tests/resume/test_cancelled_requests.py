@@ -17,7 +17,8 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState
 from backend.repository import reservations
-from backend.services.bundles import trusted
+from backend.services.orchestrator import Origin
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Agent, new_session, recording, rows, yes
 from tests.resume.support import GatedExecutor, detached_question, eventually, faulty, resuming, turn_rows
 
@@ -59,14 +60,17 @@ async def test_a_failed_reservation_write_is_rolled_back_even_when_the_request_w
             async with faulty("resume.attempt_marker"):
                 request = asyncio.create_task(
                     svc.orchestrator.dispatch_answer(
-                        session_id=session_id,
-                        task_id=task_id,
-                        source_turn_id=agent.bundle.turn_id or "",
-                        pending_id=agent.pending_id,
-                        message_ids=[r.id for r in agent.bundle.rows],
-                        answers=yes("q1"),
-                        claim_id=None,
-                        origin="watchdog",
+                        lc.Claim(
+                            claim_id="settled-by-the-waiter",
+                            pending_id=agent.pending_id,
+                            session_id=session_id,
+                            task_id=task_id,
+                            turn_id=agent.bundle.turn_id or "",
+                            message_ids=tuple(r.id for r in agent.bundle.rows),
+                            answers=tuple(yes("q1")),
+                            rejected=False,
+                        ),
+                        Origin.WATCHDOG,
                     )
                 )
                 await asyncio.wait_for(held.reached.wait(), 10)
@@ -88,9 +92,7 @@ async def test_a_failed_reservation_write_is_rolled_back_even_when_the_request_w
         assert executor.received == []
         assert not svc.orchestrator.quarantined(session_id)
         # Admission is open again: the same answer goes through once.
-        done = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        done = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(done, lc.Responded)
         assert done.resumed is True
         assert len(executor.received) == 1
@@ -106,7 +108,7 @@ async def test_cancelling_the_respond_request_does_not_cancel_its_delivery(
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
         request = asyncio.create_task(
-            svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+            svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         )
         await asyncio.wait_for(gate.started.wait(), 5)
         request.cancel()  # the HTTP client disconnects while the dispatch is in flight
@@ -125,7 +127,7 @@ async def test_cancelling_the_respond_request_does_not_cancel_its_delivery(
                 break
             await asyncio.sleep(0.02)
         assert not any(INTENT_KEY in r for r in stored), "the claim was left half-done"
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         if outcome == "accepted":
             # Delivered once: answered, and its successor published as the current turn.
@@ -150,7 +152,7 @@ async def test_private_dispatch_fields_never_reach_replayed_events_or_a_completi
         async with recording(svc) as log:
             async with faulty("resume.clear"):  # accepted and published, but the clean-up fails
                 request = asyncio.create_task(
-                    svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+                    svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
                 )
                 await asyncio.wait_for(gate.started.wait(), 5)
                 successor = gate.received[0].turn_id
@@ -190,7 +192,7 @@ async def test_the_watchdog_is_armed_once_inside_the_confirmation_boundary(db: D
         agent = await Agent.ask(svc, session_id)
         waiting = agent.wait()
         armed: list[tuple[lc.Claim, bool]] = []
-        arm = svc.clarifications.primary_answer_notifier
+        arm = svc.pending.primary_answer_notifier
         assert arm is not None
 
         def notify(claim: lc.Claim) -> None:
@@ -198,10 +200,8 @@ async def test_the_watchdog_is_armed_once_inside_the_confirmation_boundary(db: D
             armed.append((claim, waiting.done()))
             arm(claim)
 
-        svc.clarifications.primary_answer_notifier = notify
-        answered = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        svc.pending.primary_answer_notifier = notify
+        answered = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(answered, lc.Responded)
         assert isinstance(await agent.outcome(), lc.Answered)
         ((claim, agent_had_it),) = armed
@@ -214,16 +214,14 @@ async def test_the_watchdog_is_armed_once_inside_the_confirmation_boundary(db: D
         watches = svc.watchdogs._by_session.get(session_id, set())
         assert [w.claim.claim_id for w in watches] == [claim.claim_id]
         # Never twice: a repeated answer conflicts and a skip of another live bundle arms nothing.
-        again = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        again = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(again, lc.Conflict)
         other = await Agent.ask(
             svc, session_id, [{"prompt": "Skip me?", "options": [{"label": "a"}, {"label": "b"}]}]
         )
         other.wait()
         assert isinstance(
-            await svc.clarifications.respond(other.pending_id, [], rejected=True, authorize=trusted),
+            await svc.pending.respond(other.pending_id, [], rejected=True, authorize=trusted),
             lc.Responded,
         )
         assert isinstance(await other.outcome(), lc.Rejected)

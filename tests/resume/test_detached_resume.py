@@ -12,7 +12,8 @@ from backend.domain.errors import TurnwiseError
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
-from backend.services.bundles import trusted
+from backend.services.orchestrator import Origin
+from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import Kind, new_session, questions, recording, rows, yes
 from tests.resume.support import (
@@ -35,7 +36,7 @@ async def test_detached_answer_succeeds_only_after_one_accepted_resume_and_publi
         agent = await detached_question(svc, session_id, questions(2))
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(
+            result = await svc.pending.respond(
                 agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
             )
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
@@ -77,7 +78,7 @@ async def test_detached_answer_not_accepted_returns_retryable_error_and_a_retry_
         failed = await kind.answer(svc, agent.pending_id, agent.bundle)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is True
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         # No failed-dispatch turn supersedes the bundle.
@@ -160,20 +161,18 @@ async def test_dispatch_sent_but_not_acknowledged_is_non_retryable_keeps_the_suc
     async with resuming(db, [outcome], dispatch_seconds=0.2) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        failed = await svc.clarifications.respond(
-            agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-        )
+        failed = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is False
         successor = executor.received[0].turn_id
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == successor
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"answered"}
         assert isinstance(
-            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
+            await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted),
             lc.Conflict,
         )
         assert len(executor.received) == 1
@@ -239,7 +238,7 @@ async def test_admission_that_cannot_happen_before_its_deadline_fails_retryable_
         assert isinstance(failed, lc.DeliveryFailed)
         assert failed.retryable is True
         assert executor.received == []
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         assert {r["status"] for r in await rows(db, agent.pending_id)} == {"pending"}
@@ -255,16 +254,17 @@ async def test_prompt_admission_rejects_a_superseded_clarification_turn(db: Data
         stale_turn = agent.turn_id
         await svc.operations.start_turn(session_id)
         before = await turn_rows(db, session_id)
-        outcome = await svc.orchestrator.dispatch_answer(
+        claim = lc.Claim(
+            claim_id="settled-by-the-waiter",
+            pending_id=agent.pending_id,
             session_id=session_id,
             task_id=agent.bundle.task_id,
-            source_turn_id=stale_turn,
-            pending_id=agent.pending_id,
-            message_ids=[agent.bundle.rows[0].id],
-            answers=kind.answers(agent.bundle),
-            claim_id=None,
-            origin="watchdog",
+            turn_id=stale_turn,
+            message_ids=(agent.bundle.rows[0].id,),
+            answers=tuple(kind.answers(agent.bundle)),
+            rejected=False,
         )
+        outcome = await svc.orchestrator.dispatch_answer(claim, Origin.WATCHDOG)
         assert outcome == ResumeOutcome(False, True, "the clarification's turn is no longer current")
         assert executor.received == []
         assert await turn_rows(db, session_id) == before
@@ -345,7 +345,7 @@ async def test_the_resumed_agent_completes_its_own_turn_with_the_generation_it_w
     async with resuming(db, ["accepted"]) as (svc, executor):
         _, session_id = await new_session(svc)
         agent = await detached_question(svc, session_id)
-        await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+        await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
         request = executor.received[0]
         done = await svc.operations.complete_turn(request.turn_id, request.generation)
         assert done.completed_at is not None

@@ -22,8 +22,8 @@ from backend.db.tables import task_session_turns as T
 from backend.domain.clarification import flag
 from backend.domain.lifecycle import BundleState
 from backend.repository import locks, pending, reservations, turns
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from frontend_py.kit import derivation
 from tests.lifecycle.support import Agent, new_session, recording, rows
 from tests.resume.support import detached_question, eventually, resuming, turn_rows
@@ -93,7 +93,7 @@ async def test_every_set_form_makes_an_empty_turn_a_hidden_reservation_that_owns
             # A live reservation: prompt admission and ready events wait for it.
             assert await reservations.live_reservation(conn, session_id) == reserved
         assert [t.id for t in await svc.reads.turns(session_id)] == [agent.turn_id]
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         # The runner's acknowledgement of it reaches whoever dispatched it.
@@ -120,7 +120,7 @@ async def test_startup_deletes_an_empty_unattempted_reservation_in_any_flag_form
         restored = await rows(db, pending_id)
         assert [r["status"] for r in restored] == ["pending"]
         assert not any("response" in r or "response_delivery_pending" in r for r in restored)
-        bundle = await restarted.clarifications.bundle(pending_id, authorize=trusted)
+        bundle = await restarted.pending.bundle(pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
 
@@ -138,7 +138,7 @@ async def test_any_other_value_leaves_an_ordinary_turn_that_supersedes_the_older
             assert await reservations.live_reservation(conn, session_id) is None
             projection = (await pending.pending_for_sessions(conn, [session_id]))[session_id]
             assert projection.pending_action is None
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.SUPERSEDED_HISTORY
         assert await svc.prompts.acknowledge(newer, True) is False

@@ -17,8 +17,8 @@ from backend.domain.lifecycle import BundleState
 from backend.executors.base import PromptRequest
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import runners, turns
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from backend.services.prompt_channel import prompts_channel
 from backend.services.watchdog import Watch
 from tests.lifecycle.support import Agent, new_session, questions, recording, rows, yes
@@ -72,7 +72,7 @@ async def channel_session(svc: Services, qs: list[dict[str, Any]] | None = None)
 
 
 async def answer(svc: Services, agent: Agent) -> lc.RespondOutcome:
-    return await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+    return await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
 
 
 async def queued_answer(svc: Services, agent: Agent) -> None:
@@ -87,7 +87,7 @@ async def test_an_answer_without_a_runner_is_queued_durably_and_the_request_succ
         session_id, agent = await channel_session(svc, questions(2))
         source_turn = agent.bundle.turn_id  # type: ignore[union-attr]
         async with recording(svc) as log:
-            result = await svc.clarifications.respond(
+            result = await svc.pending.respond(
                 agent.pending_id, yes("q1", "q2"), rejected=False, authorize=trusted
             )
             await eventually(lambda: any(e["type"] == "turn.started" for e in log.events))
@@ -108,7 +108,7 @@ async def test_an_answer_without_a_runner_is_queued_durably_and_the_request_succ
         assert item["delivered_at"] is None
         assert "You previously asked the user several questions" in item["prompt"]
         assert [a["selected_option_ids"] for a in item["answers"]] == [["q1_opt1"], ["q2_opt1"]]
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         await agent.close()
@@ -198,7 +198,7 @@ async def test_an_executor_that_explicitly_refuses_keeps_the_answer_retryable(db
         assert isinstance(result, lc.DeliveryFailed)
         assert result.retryable is True
         assert await inbox_rows(db, session_id) == []
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()
@@ -208,7 +208,7 @@ async def test_the_watchdog_leaves_the_turn_of_an_agent_without_a_channel_alone(
     async with resuming(db, watchdog_seconds=0.1) as (svc, _):
         svc.orchestrator.executor = svc.prompts  # an MCP agent: no runner holds the channel
         watches: list[Watch] = []
-        svc.clarifications.primary_answer_notifier = lambda claim: watches.append(svc.watchdogs.armed(claim))
+        svc.pending.primary_answer_notifier = lambda claim: watches.append(svc.watchdogs.armed(claim))
         _, session_id = await new_session(svc)
         agent = await Agent.ask(svc, session_id)
         agent.wait()

@@ -19,8 +19,8 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.repository import turns
-from backend.services.bundles import trusted
 from backend.services.orchestrator import TurnSnapshot
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, recording
 from tests.resume.support import resuming, turn_rows
 
@@ -74,7 +74,7 @@ async def test_a_pause_that_saw_no_turn_refuses_to_cancel_the_first_turn_created
         async with db.read() as conn:
             assert await turns.current_turn(conn, session_id) == first_turn
         # The detached pending action of that turn stays answerable.
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         await agent.close()

@@ -13,7 +13,7 @@ from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
 from backend.repository import reservations, turns
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, recording, rows
 from tests.resume.support import detached_request, eventually, faulty, resuming, turn_rows
 
@@ -89,7 +89,7 @@ async def test_cleanup_that_fails_too_leaves_the_answer_to_restart_recovery_and_
         final = await rows(db, agent.pending_id)
         assert [r["status"] for r in final] == ["answered"]
         assert "response_delivery_pending" not in final[0]
-        bundle = await restarted.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await restarted.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.TERMINAL
         late = await kind.answer(restarted, agent.pending_id, agent.bundle)

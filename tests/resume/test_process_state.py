@@ -6,7 +6,7 @@ from __future__ import annotations
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.services import orchestrator
-from backend.services.bundles import trusted
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import new_session, yes
 from tests.resume.support import detached_question, faulty, resuming
 
@@ -19,9 +19,7 @@ async def test_admission_locks_and_accepted_turns_are_let_go_once_each_answer_re
             agent = await detached_question(svc, session_id)
             async with faulty(*([fault] if fault else [])):
                 results.append(
-                    await svc.clarifications.respond(
-                        agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-                    )
+                    await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
                 )
             await agent.close()
         # Accepted, refused (rolled back), ambiguous (outbox), accepted but unpublished (outbox).

@@ -11,8 +11,8 @@ from backend.domain import lifecycle as lc
 from backend.domain.errors import StaleGeneration
 from backend.domain.lifecycle import BundleState
 from backend.domain.states import SessionState
-from backend.services.bundles import trusted
-from backend.services.clarifications import TaskAdvanceBlocked
+from backend.services.pending.actions import TaskAdvanceBlocked
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, recording
 from tests.resume.support import GatedExecutor, detached_request, resuming, turn_rows
 
@@ -24,7 +24,7 @@ async def test_a_generationless_ready_event_dropped_after_rollback_changes_no_se
     gate = GatedExecutor()
     async with resuming(db, executor=gate) as (svc, _):
         task_id, session_id = await new_session(svc)
-        await svc.clarifications.advance_task(task_id, "review", authorize=trusted)
+        await svc.pending.advance_task(task_id, "review", authorize=trusted)
         agent = await detached_request(svc, session_id, kind)
         predecessor = agent.turn_id
         respond = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))
@@ -50,11 +50,11 @@ async def test_a_generationless_ready_event_dropped_after_rollback_changes_no_se
         assert not [e for e in log.events if e["type"] in ("turn.completed", "turn.started")]
         session = await svc.reads.session(session_id)
         assert session.state == SessionState.WAITING_FOR_INPUT.value
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         assert (await svc.reads.task(task_id)).workflow_step == "review"
-        blocked = await svc.clarifications.advance_task(task_id, "done", authorize=trusted)
+        blocked = await svc.pending.advance_task(task_id, "done", authorize=trusted)
         assert isinstance(blocked, TaskAdvanceBlocked)
         assert blocked.session_id == session_id
         await agent.close()

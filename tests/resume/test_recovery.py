@@ -13,8 +13,8 @@ from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns as T
 from backend.domain.lifecycle import BundleState
 from backend.repository import claims, locks, messages, reservations, turns
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from backend.services.recovery import RecoveryFailed
 from tests.lifecycle.support import CLARIFICATION, Kind, new_session, questions, recording, rows
 from tests.resume.support import (
@@ -117,7 +117,7 @@ async def test_startup_deletes_an_empty_reservation_and_restores_exactly_its_cla
             sibling = next(r for i, r in stored.items() if i not in claimed)
             assert sibling["status"] == "answered"
         assert sorted(log.kinds("message.updated")) == sorted(claimed)
-        bundle = await restarted.clarifications.bundle(pending_id, authorize=trusted)
+        bundle = await restarted.pending.bundle(pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
 

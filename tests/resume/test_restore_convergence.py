@@ -13,8 +13,8 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState
 from backend.domain.records import SummaryRecord
-from backend.services.bundles import trusted
 from backend.services.container import Services
+from backend.services.pending.core import trusted
 from backend.services.summaries import SUMMARY_CHANNEL
 from tests.lifecycle.support import Driver, Kind, new_session, recording, rows
 from tests.resume.support import GatedExecutor, detached_request, eventually, faulty, resuming
@@ -23,7 +23,7 @@ from tests.services.support import stored_summary
 
 def watch_refresh(svc: Services, order: list[Any]) -> None:
     """Record each summary acknowledgement the respond path makes, in order with its result."""
-    original = svc.clarifications.refresh_summaries
+    original = svc.pending.refresh_summaries
     assert original is not None
 
     async def refresh(task_ids: list[str]) -> Any:
@@ -35,7 +35,7 @@ def watch_refresh(svc: Services, order: list[Any]) -> None:
         order.append(("summary", {t: s.pending_action for t, s in done.items()}))
         return done
 
-    svc.clarifications.refresh_summaries = refresh
+    svc.pending.refresh_summaries = refresh
 
 
 async def claimed_then_rejected(
@@ -48,7 +48,7 @@ async def claimed_then_rejected(
     during = (await svc.summaries.reconcile([task_id]))[task_id]
     assert during.summary is not None
     assert during.summary.pending_action is None
-    bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+    bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
     assert bundle is not None
     assert bundle.state == BundleState.DELIVERY_CLAIMED
     gate.release("rejected")
@@ -100,7 +100,7 @@ async def test_restore_acknowledges_summary_convergence_before_reporting_retryab
         # The restored pending rows were published, so other clients converge on them.
         assert {r["status"] for r in stored} == {"pending"}
         assert not any(INTENT_KEY in r for r in stored)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         listener.cancel()
@@ -140,7 +140,7 @@ async def test_restore_reports_a_convergence_failure_and_still_says_the_answer_i
         # The restore itself is durable: pending rows, no intent, answerable; a retry goes through.
         assert {r["status"] for r in stored} == {"pending"}
         assert not any(INTENT_KEY in r for r in stored)
-        bundle = await svc.clarifications.bundle(agent.pending_id, authorize=trusted)
+        bundle = await svc.pending.bundle(agent.pending_id, authorize=trusted)
         assert bundle is not None
         assert bundle.state == BundleState.ACTIVE_DETACHED
         retry = asyncio.create_task(kind.answer(svc, agent.pending_id, agent.bundle))

@@ -12,9 +12,9 @@ from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
 from backend.domain.pending import task_pending_action
 from backend.repository import pending
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
+from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, running
 from tests.resume.support import eventually
 from tests.services.support import stored_summary
@@ -86,12 +86,12 @@ async def test_projector_result_matches_repository_state_whatever_the_event_orde
                     tool_input={"command": "b"},
                 )
                 cancelled, second = await asyncio.gather(
-                    svc.clarifications.cancel(first.pending_id, authorize=trusted), ask_second
+                    svc.pending.cancel(first.pending_id, authorize=trusted), ask_second
                 )
                 assert cancelled is True
                 second.wait()
                 if survivor == "none":
-                    assert await svc.clarifications.cancel(second.pending_id, authorize=trusted) is True
+                    assert await svc.pending.cancel(second.pending_id, authorize=trusted) is True
                 # A delayed duplicate arrives last and points the wrong way: the first (terminal)
                 # request's event when a question survives, the second's "added" when none does.
                 (misleading,) = [r.id for r in (first if survivor == "pending" else second).bundle.rows]  # type: ignore[union-attr]

@@ -15,8 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_status_summaries
-from backend.services.bundles import trusted
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from backend.services.summaries import SUMMARY_CHANNEL, Summaries
 from tests.lifecycle.support import Agent, running, yes
 from tests.services.support import ask, services_for, stored_summary
@@ -124,9 +124,7 @@ async def test_sibling_sessions_asking_and_answering_at_once_leave_the_summary_d
             agent = await Agent.ask(svc, session_id)
             agent.wait()
             if answer:
-                await svc.clarifications.respond(
-                    agent.pending_id, yes("q1"), rejected=False, authorize=trusted
-                )
+                await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
                 await agent.outcome()
             await agent.close()
 

@@ -19,11 +19,12 @@ from backend.bus import TASK_CHANNEL, EventBus
 from backend.config import Settings
 from backend.db.engine import Database
 from backend.db.tables import task_sessions
+from backend.domain.events import EventKind
 from backend.domain.lifecycle import Answered
 from backend.repository import messages, summaries
-from backend.services.bundles import trusted
 from backend.services.container import Services
 from backend.services.context import Deps
+from backend.services.pending.core import trusted
 from backend.services.uow import uow
 from tests.conftest import redis_url
 from tests.lifecycle.support import FAST, Agent, ToolAgent, decide, new_session, running, yes
@@ -138,7 +139,7 @@ async def test_a_unit_bumps_each_touched_session_once_in_one_statement_and_publi
                     w.conn, session_id=a, turn_id=turn_a, kind="message", author="agent", content="hi"
                 )
                 w.touch(a)
-                w.publish(task_a, a, "message.added", message_id=row.id)
+                w.publish(task_a, a, EventKind.MESSAGE_ADDED, message_id=row.id)
                 # Queued, not published: nothing but the sentinel arrives while the unit is open.
                 assert await until_sentinel(svc, queue) == []
             seen = await until_sentinel(svc, queue)
@@ -163,7 +164,7 @@ async def test_a_unit_that_raises_writes_nothing_bumps_nothing_and_publishes_not
                     content="never",
                 )
                 w.touch(session_id)
-                w.publish(task_id, session_id, "message.added", message_id=row.id)
+                w.publish(task_id, session_id, EventKind.MESSAGE_ADDED, message_id=row.id)
                 raise Boom
 
         async with events_of(svc) as queue:
@@ -197,7 +198,7 @@ async def _cycle_counts(svc: Services, db: Database, session_id: str) -> tuple[i
     ask = (db.transactions - tx, db.statements - st)
     waiting = agent.wait()
     tx, st = db.transactions, db.statements
-    outcome = await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+    outcome = await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
     answered = await agent.outcome()
     respond = (db.transactions - tx, db.statements - st)
     assert waiting.done()
@@ -304,7 +305,7 @@ async def test_a_touch_that_keeps_the_pending_action_skips_the_summary_but_still
         async with events_of(svc) as queue:
             async with uow(svc.deps, [session_id]) as w:
                 w.touch(session_id, task_id=task_id, pending_action_kept=True)
-                w.publish(task_id, session_id, "session.state")
+                w.publish(task_id, session_id, EventKind.SESSION_STATE)
             (event,) = await until_sentinel(svc, queue)
         # The live projector is told the summaries are current: nothing moved them.
         assert event["projected"] is True
@@ -333,7 +334,7 @@ async def test_a_respond_to_a_bundle_this_process_asked_locks_its_session_withou
 
         event.listen(db.engine.sync_engine, "before_cursor_execute", record)
         try:
-            await svc.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+            await svc.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
             assert isinstance(await agent.outcome(), Answered)
         finally:
             event.remove(db.engine.sync_engine, "before_cursor_execute", record)
@@ -344,11 +345,11 @@ async def test_a_respond_to_a_bundle_this_process_asked_locks_its_session_withou
         # Another process (here: one that forgot) finds the session through the bundle, as before.
         other = await Agent.ask(svc, session_id)
         other.wait()
-        svc.clarifications._session_of.clear()
+        svc.pending.core.sessions.clear()
         sql.clear()
         event.listen(db.engine.sync_engine, "before_cursor_execute", record)
         try:
-            await svc.clarifications.respond(other.pending_id, yes("q1"), rejected=False, authorize=trusted)
+            await svc.pending.respond(other.pending_id, yes("q1"), rejected=False, authorize=trusted)
             assert isinstance(await other.outcome(), Answered)
         finally:
             event.remove(db.engine.sync_engine, "before_cursor_execute", record)
@@ -381,12 +382,12 @@ async def test_a_respond_in_another_process_locks_the_session_the_asking_process
         agent = await (Agent.ask(a, session_id) if kind == "clarification" else ToolAgent.ask(a, session_id))
         agent.wait()
         deadline = asyncio.get_running_loop().time() + 10
-        while agent.pending_id not in b.clarifications._session_of:
+        while agent.pending_id not in b.pending.core.sessions:
             assert asyncio.get_running_loop().time() < deadline, "B never heard of the bundle"
             await asyncio.sleep(0.01)
         with statements(b_db) as sql:
             if kind == "clarification":
-                await b.clarifications.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
+                await b.pending.respond(agent.pending_id, yes("q1"), rejected=False, authorize=trusted)
                 assert isinstance(await agent.outcome(), Answered)
             else:
                 await decide(b, agent.pending_id)

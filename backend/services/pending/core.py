@@ -1,9 +1,11 @@
 """The pending-action lifecycle's shared part: its collaborators, and bundle reads with liveness.
 
 A bundle is every row of one pending id (a clarification's questions, or one permission request),
-read in one snapshot; its state comes from `domain.lifecycle.derive_state`. The lifecycle is split
-by what it does: `services/clarifications.py` asks and waits (the live waiter), detaches and
-confirms; `services/responding.py` claims a response and delivers, resumes or restores it.
+read in one snapshot; its state comes from `domain.lifecycle.derive_state`. The lifecycle is one
+service for both kinds (`pending/actions.py`), composed of this core, the asking side
+(`pending/asking.py`: ask, wait, detach, confirm) and the responding side (`pending/responding.py`:
+claim, deliver, resume, restore). What differs between the kinds (what is asked, how a response is
+checked, what else it decides) comes in with each call, as an `Ask` or a `Response`.
 """
 
 from __future__ import annotations
@@ -17,12 +19,8 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.domain.errors import present
-from backend.domain.lifecycle import (
-    Bundle,
-    BundleRow,
-    Claim,
-    bundle_turn,
-)
+from backend.domain.events import EventKind
+from backend.domain.lifecycle import Bundle, BundleRow, Claim, bundle_turn
 from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import clarifications as repo
 from backend.repository.reach import AskOutbox
@@ -34,7 +32,7 @@ from backend.services.resume import NotWiredResumer, Resumer
 from backend.services.uow import Work
 from backend.services.waiters import WaiterHub
 
-log = logging.getLogger("turnwise.clarification")
+log = logging.getLogger("turnwise.pending")
 T = TypeVar("T")
 
 # Raises (NotFound, Forbidden) unless the caller may act on the bundle or task: called with the task
@@ -69,8 +67,9 @@ class AskNotifier(Protocol):
 
 
 @dataclass
-class PendingActionsBase:
-    """What every part of the pending-action lifecycle shares: its collaborators and the bundle reads."""
+class Core:
+    """What both sides of the lifecycle share: its collaborators, the seams wired after it was built
+    (the resumer, the watchdog's notifier, the ask notifier), and the bundle reads."""
 
     deps: Deps
     hub: WaiterHub
@@ -83,31 +82,36 @@ class PendingActionsBase:
     # Told in the ask's unit of work of each new pending action: the notification outbox's rows
     # (backend/services/reach.py), committed with the ask or not at all.
     on_asked: AskNotifier | None = None
-    _background: set[asyncio.Task[Any]] = field(default_factory=set)
+    background: set[asyncio.Task[Any]] = field(default_factory=set)
     # pending id -> session, for bundles this process asked or answered and those other processes
     # announced (the live hub hears them): a bundle never changes session, so a respond to one of
     # them locks its session without first looking it up.
-    _session_of: dict[str, str] = field(default_factory=dict)
+    sessions: dict[str, str] = field(default_factory=dict)
     session_memory: int = 10_000
+    # Set by the service once the responding side exists (it restores what the restorer holds).
     restorer: Restorer = field(init=False)
-
-    # --- helpers --------------------------------------------------------------------------------
 
     def remember_session(self, pending_id: str, session_id: str) -> None:
         """A bundle's session: this process asked or answered it, or another process announced it."""
-        memory = self._session_of
+        memory = self.sessions
         if pending_id not in memory:
             if len(memory) >= self.session_memory:
                 del memory[next(iter(memory))]  # the oldest first
             memory[pending_id] = session_id
 
-    async def _bounded(self, work: Awaitable[T], seconds: float | None = None) -> T:
+    async def bounded(self, work: Awaitable[T], seconds: float | None = None) -> T:
         """Run `work` in its own task with a deadline; a cancelled caller does not cancel it."""
         limit = self.deps.settings.persistence_seconds if seconds is None else seconds
-        return await bounded(self._background, work, limit)
+        return await bounded(self.background, work, limit)
 
-    async def _publish(
-        self, task_id: str, session_id: str, kind: str, message_ids: Sequence[str], *, strict: bool = False
+    async def publish(
+        self,
+        task_id: str,
+        session_id: str,
+        kind: EventKind,
+        message_ids: Sequence[str],
+        *,
+        strict: bool = False,
     ) -> None:
         for message_id in message_ids:
             await publish_session_change(
@@ -119,7 +123,7 @@ class PendingActionsBase:
                 strict=strict,
             )
 
-    async def _load(self, conn: AsyncConnection, pending_id: str) -> Bundle | None:
+    async def load(self, conn: AsyncConnection, pending_id: str) -> Bundle | None:
         facts = (await repo.bundle_facts(conn, [pending_id])).get(pending_id)
         if facts is None:
             return None
@@ -153,7 +157,7 @@ class PendingActionsBase:
 
     async def bundle(self, pending_id: str, *, authorize: Authorize) -> Bundle | None:
         async with self.deps.db.read() as conn:
-            bundle = await self._load(conn, pending_id)
+            bundle = await self.load(conn, pending_id)
         if bundle is not None:
             authorize(bundle.task_id, bundle.session_id)
         return bundle

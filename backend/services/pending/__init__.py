@@ -1,0 +1,1 @@
+"""The pending-action lifecycle: one service for both kinds (questions, permission requests)."""
