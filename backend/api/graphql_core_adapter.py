@@ -63,6 +63,7 @@ from graphql import (
     GraphQLObjectType,
     GraphQLOutputType,
     GraphQLSchema,
+    OperationType,
     is_leaf_type,
     is_object_type,
 )
@@ -267,6 +268,9 @@ class PlainFieldExecutor(strawberry_adapter.ExecutionContext):
         manager = self.middleware_manager
         # Field middleware (an extension with a `resolve` hook) must see every field.
         self._plain = {} if manager is not None and manager.middlewares else plain_fields(self.schema)
+        if self.operation.operation is OperationType.MUTATION:
+            # A mutation runs once: compiling its completions costs more than it saves (bench cycle).
+            self._plain = {}
         # (return type, field group) -> completion or None; the group is kept alive with its entry,
         # as graphql-core does for its own memo, so its id is not reused while the entry exists.
         self._completions: dict[tuple[int, int], tuple[FieldDetailsList, Completion | None]] = {}
@@ -296,6 +300,10 @@ class PlainFieldExecutor(strawberry_adapter.ExecutionContext):
                 return self
         executor = cast(PlainFieldExecutor, super().build_per_event_executor(payload))
         executor.start_event(None if results is None or key is None else (results, key))
+        if results is None:
+            # An event of this subscription alone (an ask's outcome) runs once too; only a result
+            # shared by many subscriptions, or a query's long lists, repays compiling.
+            executor._plain = {}
         return executor
 
     def start_event(self, keep_in: tuple[dict[Any, Any], Any] | None) -> None:
