@@ -80,7 +80,7 @@ class Core:
     # boundary, before the answer is returned to the agent, so the agent cannot act before it is armed.
     primary_answer_notifier: Callable[[Claim], None] | None = None
     # Told in the ask's unit of work of each new pending action: the notification outbox's rows
-    # (backend/services/reach.py), committed with the ask or not at all.
+    # (backend/services/reach/asking.py), committed with the ask or not at all.
     on_asked: AskNotifier | None = None
     background: set[asyncio.Task[Any]] = field(default_factory=set)
     # pending id -> session, for bundles this process asked or answered and those other processes
