@@ -37,7 +37,7 @@ from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.browsers import BrowserRule, headers_of
 from backend.api.hygiene import PROBLEM
 from backend.api.mcp_approvals import Approvals, approve_tool
-from backend.api.mcp_arguments import in_tool_words, known_fields, storable_paths, text_arg, timeout_arg
+from backend.api.mcp_arguments import ToolArguments, in_tool_words, storable_paths, timeout_arg
 from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
@@ -48,7 +48,6 @@ from backend.domain.errors import (
     TurnwiseError,
     Unauthenticated,
     Unavailable,
-    present,
 )
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.states import ClarificationStatus, PendingActionKind
@@ -65,11 +64,6 @@ MIN_OPTIONS, MAX_OPTIONS = 2, 4
 MAX_HEADER = lc.MAX_TITLE
 CLAIM_POLL_SECONDS = 0.05
 
-OPTION_FIELDS = ("label", "description")
-QUESTION_FIELDS = ("question", "header", "options", "multiSelect")
-ASK_ARGUMENTS = ("questions", "session_id", "context", "timeout_seconds")
-WAIT_ARGUMENTS = ("pending_id", "timeout_seconds")
-
 _OPTION = {
     "type": "object",
     "properties": {
@@ -77,7 +71,7 @@ _OPTION = {
             "type": "string",
             "description": "What the person picks (1-5 words); the options' labels must differ.",
         },
-        "description": {"type": "string", "description": "What choosing it means."},
+        "description": {"type": ["string", "null"], "description": "What choosing it means."},
     },
     "required": ["label"],
     "additionalProperties": False,
@@ -87,7 +81,7 @@ _QUESTION = {
     "properties": {
         "question": {"type": "string", "description": "The complete question, ending with '?'."},
         "header": {
-            "type": "string",
+            "type": ["string", "null"],
             "maxLength": MAX_HEADER,
             "description": "A short tag, at most 12 chars.",
         },
@@ -131,10 +125,13 @@ def tools(max_wait_seconds: float) -> list[types.Tool]:
                         "items": _QUESTION,
                     },
                     "session_id": {
-                        "type": "string",
+                        "type": ["string", "null"],
                         "description": "Needed only with a user or admin token.",
                     },
-                    "context": {"type": "string", "description": "Why you ask; shown with the questions."},
+                    "context": {
+                        "type": ["string", "null"],
+                        "description": "Why you ask; shown with the questions.",
+                    },
                     "timeout_seconds": timeout,
                 },
                 "required": ["questions"],
@@ -180,47 +177,27 @@ def _detached_text(pending_id: str) -> str:
 # --- input --------------------------------------------------------------------------------------
 
 
-def questions_for_service(raw: Any) -> list[dict[str, Any]]:
-    """The tool's questions as the clarification service takes them; InvalidInput names the field."""
-    if not isinstance(raw, list) or not raw:
-        raise InvalidInput("questions", f"must hold 1 to {MAX_QUESTIONS} questions")
-    if len(raw) > MAX_QUESTIONS:
-        raise InvalidInput("questions", f"must hold 1 to {MAX_QUESTIONS} questions")
+def questions_for_service(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool's questions (checked against its schema) as the clarification service takes them."""
     out: list[dict[str, Any]] = []
     for qi, q in enumerate(raw):
-        where = f"questions[{qi}]"
-        if not isinstance(q, dict):
-            raise InvalidInput(where, "must be an object")
-        known_fields(q, QUESTION_FIELDS, where, "a question")
-        question = text_arg(q, "question", f"{where}.question", required=True)
-        header = text_arg(q, "header", f"{where}.header", required=False)
-        if header is not None and len(header) > MAX_HEADER:
-            raise InvalidInput(f"{where}.header", f"must be at most {MAX_HEADER} characters")
-        multi = q.get("multiSelect", False)
-        if not isinstance(multi, bool):
-            raise InvalidInput(f"{where}.multiSelect", "must be true or false")
-        options = q.get("options")
-        if not isinstance(options, list) or not MIN_OPTIONS <= len(options) <= MAX_OPTIONS:
-            raise InvalidInput(f"{where}.options", f"must hold {MIN_OPTIONS} to {MAX_OPTIONS} options")
-        opts: list[dict[str, Any]] = []
         labels: dict[str, int] = {}
-        for oi, o in enumerate(options):
-            owhere = f"{where}.options[{oi}]"
-            if not isinstance(o, dict):
-                raise InvalidInput(owhere, "must be an object")
-            known_fields(o, OPTION_FIELDS, owhere, "an option")
-            label = present(text_arg(o, "label", f"{owhere}.label", required=True), "required label")
+        for oi, o in enumerate(q["options"]):
             # The answer names the options picked by label, so two alike would make it ambiguous.
-            seen = labels.setdefault(label.strip().casefold(), oi)
+            seen = labels.setdefault(o["label"].strip().casefold(), oi)
             if seen != oi:
-                raise InvalidInput(f"{owhere}.label", f"repeats the label of {where}.options[{seen}]")
-            opts.append(
-                {
-                    "label": label,
-                    "description": text_arg(o, "description", f"{owhere}.description", required=False),
-                }
-            )
-        out.append({"title": header, "prompt": question, "multi_select": multi, "options": opts})
+                raise InvalidInput(
+                    f"questions[{qi}].options[{oi}].label",
+                    f"repeats the label of questions[{qi}].options[{seen}]",
+                )
+        out.append(
+            {
+                "title": q.get("header"),
+                "prompt": q["question"],
+                "multi_select": q.get("multiSelect", False),
+                "options": [{"label": o["label"], "description": o.get("description")} for o in q["options"]],
+            }
+        )
     return out
 
 
@@ -299,8 +276,10 @@ class McpEndpoint:
         self.browsers = BrowserRule(settings)
         self.tools = tools(settings.max_wait_seconds)
         self.approvals = Approvals(services, session_for=self._session_for)
+        self.arguments = ToolArguments(self.tools)
         self.server: Server[Any, Any] = Server("turnwise", version=turnwise_version())
         self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
+        # `ToolArguments` checks the same schemas, its refusals naming fields as the agent spelled them.
         self.server.call_tool(validate_input=False)(self._call_tool)
         # An unknown tool is a request the server cannot serve at all: the protocol's error where the
         # adapter may give it (`backend/api/mcp_adapter.py`), else a tool error (`_call_tool`).
@@ -382,6 +361,7 @@ class McpEndpoint:
             bad = storable_paths(arguments, "")
             if bad:
                 raise InvalidInput(bad[0], PROBLEM)
+            self.arguments.check(name, arguments)
             if name == "ask_user_question":
                 return await self.ask_user_question(principal, arguments)
             if name == "approve_tool_use":
@@ -398,8 +378,6 @@ class McpEndpoint:
     # --- ask_user_question ------------------------------------------------------------------------
 
     async def _session_for(self, principal: Principal, requested: Any) -> str:
-        if requested is not None and not isinstance(requested, str):
-            raise InvalidInput("session_id", "must be a string")
         session_id = requested or principal.session_id
         if not session_id:
             raise InvalidInput("session_id", "is required with a user or admin token")
@@ -416,12 +394,10 @@ class McpEndpoint:
         return session.id
 
     async def ask_user_question(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
-        known_fields(args, ASK_ARGUMENTS, "", "ask_user_question")
-        questions = questions_for_service(args.get("questions"))
-        context = text_arg(args, "context", "context", required=False)
+        questions = questions_for_service(args["questions"])
         timeout = timeout_arg(args)
         session_id = await self._session_for(principal, args.get("session_id"))
-        return await self._wait(session_id, questions, context, timeout)
+        return await self._wait(session_id, questions, args.get("context"), timeout)
 
     async def _wait(
         self, session_id: str, questions: list[dict[str, Any]], context: str | None, seconds: float | None
@@ -450,10 +426,7 @@ class McpEndpoint:
     # --- wait_for_answer --------------------------------------------------------------------------
 
     async def wait_for_answer(self, principal: Principal, args: dict[str, Any]) -> types.CallToolResult:
-        known_fields(args, WAIT_ARGUMENTS, "", "wait_for_answer")
-        pending_id = text_arg(args, "pending_id", "pending_id", required=True)
-        if pending_id is None:
-            raise InvalidInput("pending_id", "pending_id is required")
+        pending_id: str = args["pending_id"]
         timeout = timeout_arg(args)
         lifecycle = self.services.pending
         wait = lifecycle.wait_seconds(timeout)

@@ -16,16 +16,14 @@ from typing import Any
 
 from mcp import types
 
-from backend.api.mcp_arguments import in_tool_words, known_fields, text_arg, timeout_arg
+from backend.api.mcp_arguments import in_tool_words, timeout_arg
 from backend.domain import lifecycle as lc
-from backend.domain.errors import BrokenInvariant, InvalidInput
+from backend.domain.errors import BrokenInvariant
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.domain.permissions import ALLOW, DENY, Decision, decision_from_response
 from backend.domain.states import ClarificationStatus
 from backend.services.container import Services
 from backend.services.pending.asking import final_outcome
-
-APPROVE_ARGUMENTS = ("tool_name", "input", "tool_use_id", "session_id", "context", "timeout_seconds")
 
 
 def approve_tool(timeout_schema: dict[str, Any]) -> types.Tool:
@@ -46,9 +44,15 @@ def approve_tool(timeout_schema: dict[str, Any]) -> types.Tool:
                     "type": "object",
                     "description": "The tool's input (its arguments by name), as you would run it.",
                 },
-                "tool_use_id": {"type": "string", "description": "Your id of this tool call."},
-                "session_id": {"type": "string", "description": "Needed only with a user or admin token."},
-                "context": {"type": "string", "description": "Why you need it; shown with the request."},
+                "tool_use_id": {"type": ["string", "null"], "description": "Your id of this tool call."},
+                "session_id": {
+                    "type": ["string", "null"],
+                    "description": "Needed only with a user or admin token.",
+                },
+                "context": {
+                    "type": ["string", "null"],
+                    "description": "Why you need it; shown with the request.",
+                },
                 "timeout_seconds": timeout_schema,
             },
             "required": ["tool_name", "input"],
@@ -116,17 +120,17 @@ class Approvals:
         self._session_for = session_for
 
     async def approve_tool_use(self, principal: Any, args: dict[str, Any]) -> types.CallToolResult:
-        known_fields(args, APPROVE_ARGUMENTS, "", "approve_tool_use")
-        tool_name = text_arg(args, "tool_name", "tool_name", required=True)
-        if "input" not in args:
-            raise InvalidInput("input", "is required")
-        tool_use_id = text_arg(args, "tool_use_id", "tool_use_id", required=False)
-        context = text_arg(args, "context", "context", required=False)
+        """`args` are checked against the tool's schema (`mcp_arguments.ToolArguments`)."""
         seconds = timeout_arg(args)
         session_id = await self._session_for(principal, args.get("session_id"))
         with in_tool_words():
             stream = self.services.permissions.ask(
-                session_id, tool_name, args["input"], tool_use_id, context, seconds
+                session_id,
+                args["tool_name"],
+                args["input"],
+                args.get("tool_use_id"),
+                args.get("context"),
+                seconds,
             )
             outcome, bundle = await final_outcome(stream)
         if outcome is None:

@@ -1,13 +1,18 @@
-"""The MCP tools' arguments: checks that name a field as the agent spelled it, and the services'
-refusals put in the tools' words."""
+"""The MCP tools' arguments: checked against the tools' declared schemas, refusals naming a field as
+the agent spelled it, and the services' refusals put in the tools' words."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+from mcp import types
 
 from backend.api.hygiene import storable
 from backend.domain.errors import InvalidInput
@@ -29,17 +34,6 @@ def storable_paths(value: Any, path: str) -> list[str]:
     if isinstance(value, list):
         return [p for i, item in enumerate(value) for p in storable_paths(item, f"{path}[{i}]")]
     return []
-
-
-def text_arg(args: dict[str, Any], key: str, where: str, *, required: bool) -> str | None:
-    value = args.get(key)
-    if value is None:
-        if required:
-            raise InvalidInput(where, "is required")
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(where, "must be a string")
-    return value
 
 
 # The GraphQL API's names of the tools' fields (what the services name in their errors), and their
@@ -72,27 +66,101 @@ def _meant(key: str, fields: Sequence[str]) -> str | None:
     return folded[close[0]] if close else None
 
 
-def known_fields(value: dict[str, Any], fields: Sequence[str], where: str, what: str) -> None:
-    """Refuse a field the tool does not take (a misspelt one would be ignored silently otherwise),
-    named as the agent spelled it, with the field it most likely meant."""
-    for key in value:
-        if key not in fields:
-            path = f"{where}.{key}" if where else str(key)
-            meant = _meant(str(key), fields)
-            hint = f"did you mean {meant}?" if meant else f"{what} takes {', '.join(fields)}"
-            raise InvalidInput(path, f"unknown field; {hint}")
+def _spelled(path: Sequence[str | int]) -> str:
+    """A path into the arguments as the agent wrote it: `questions[0].header`."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out
+
+
+_WORDS = {
+    "string": "a string",
+    "number": "a number",
+    "integer": "a whole number",
+    "boolean": "true or false",
+    "object": "an object",
+    "array": "a list",
+}
+
+
+def _reason(error: ValidationError, tool: str) -> tuple[str, str]:
+    """The field the schema refused, as spelled, and why in a person's words."""
+    where = list(error.absolute_path)
+    schema: dict[str, Any] = error.schema if isinstance(error.schema, dict) else {}
+    keyword, value = error.validator, error.validator_value
+    if keyword == "additionalProperties":
+        fields = list(schema.get("properties", {}))
+        key = next(str(k) for k in error.instance if k not in fields)
+        meant = _meant(key, fields)
+        what = _spelled(where) or tool
+        hint = f"did you mean {meant}?" if meant else f"{what} takes {', '.join(fields)}"
+        return _spelled([*where, key]), f"unknown field; {hint}"
+    if keyword == "required":
+        missing = next(str(k) for k in value if k not in error.instance)
+        return _spelled([*where, missing]), "is required"
+    field = _spelled(where) or tool
+    if keyword in ("type", "exclusiveMinimum", "minimum"):
+        # The whole of what the field takes, whichever part the value missed.
+        declared = schema.get("type", [])
+        kinds = [declared] if isinstance(declared, str) else list(declared)
+        # Null stands for a field left out: not worth naming.
+        words = " or ".join(_WORDS.get(k, k) for k in kinds if k != "null") or "a value"
+        if "exclusiveMinimum" in schema:
+            words += f" greater than {schema['exclusiveMinimum']:g}"
+        if "minimum" in schema:
+            words += f" of at least {schema['minimum']:g}"
+        return field, f"must be {words}"
+    if keyword in ("minItems", "maxItems"):
+        low, high = schema.get("minItems"), schema.get("maxItems")
+        if low is not None and high is not None:
+            return field, f"must hold {low} to {high} items"
+        return field, f"must hold at least {low} items" if high is None else f"must hold at most {high} items"
+    if keyword == "maxLength":
+        return field, f"must be at most {value} characters"
+    if keyword == "minLength":
+        return field, f"must be at least {value} characters"
+    if keyword == "enum":
+        return field, f"must be one of {', '.join(map(str, value))}"
+    return field, error.message
+
+
+def _order(error: ValidationError) -> tuple[int, bool, list[tuple[int, int | str]]]:
+    """Shallow before deep (the call's own fields before a question's); an unknown field before a
+    missing one (it is likely the missing one misspelt); then by place."""
+    path = list(error.absolute_path)
+    places = [(0, p) if isinstance(p, int) else (1, p) for p in path]
+    return len(path), error.validator != "additionalProperties", places
+
+
+class ToolArguments:
+    """A tool's arguments checked against the schema it declares (built once per tool), so a field
+    declared there is checked without code of its own; a refusal names the field as the agent spelled
+    it. What a schema cannot say (storable text, the services' own rules) is checked elsewhere."""
+
+    def __init__(self, tools: Iterable[types.Tool]) -> None:
+        self._validators: dict[str, Validator] = {}
+        for tool in tools:
+            cls = validator_for(tool.inputSchema, default=Draft202012Validator)
+            cls.check_schema(tool.inputSchema)
+            self._validators[tool.name] = cls(tool.inputSchema)
+
+    def check(self, tool: str, arguments: dict[str, Any]) -> None:
+        errors = sorted(self._validators[tool].iter_errors(arguments), key=_order)
+        if errors:
+            raise InvalidInput(*_reason(errors[0], tool))
 
 
 def timeout_arg(args: dict[str, Any]) -> float | None:
-    """The wait the agent asked for; None when it left the argument out (the service's longest)."""
-    if "timeout_seconds" not in args:
+    """The wait the agent asked for; None when it left the argument out (the service's longest).
+    The schema has checked it is a number above 0, which NaN passes (it compares false)."""
+    value = args.get("timeout_seconds")
+    if value is None:
         return None
-    value = args["timeout_seconds"]
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidInput(
-            "timeout_seconds", "must be a number greater than 0 (leave it out to wait the longest)"
-        )
-    return float(value)
+    seconds = float(value)
+    if seconds != seconds:
+        raise InvalidInput("timeout_seconds", "must be a number greater than 0")
+    return seconds
 
 
 _NAME = re.compile(r"^[^.\[]+")

@@ -17,6 +17,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 from mcp.types import INVALID_PARAMS, CallToolResult
 
+from backend.api.mcp import tools as mcp_tools
+from backend.api.mcp_arguments import ToolArguments
+from backend.domain.errors import InvalidInput
 from tests.api.client import Client
 from tests.api.gql import GRANT, MESSAGES, START, running_session, token_for
 from tests.dialects import fresh_db
@@ -404,6 +407,87 @@ async def test_a_refusal_names_the_argument_as_the_agent_spelled_it_and_the_one_
         text = error_text(await asyncio.wait_for(mcp.call_tool(tool, arguments), 10))
     assert text == expected
     assert await message_count(admin, session_id) == before
+
+
+# The least each tool takes, and a value of each JSON type (none of which is another's).
+VALID_CALLS: dict[str, dict[str, Any]] = {
+    "ask_user_question": {"questions": [QUESTION]},
+    "approve_tool_use": {"tool_name": "Bash", "input": {"command": "ls"}},
+    "wait_for_answer": {"pending_id": "p1"},
+}
+OF_TYPE = {"string": "x", "number": 7.5, "boolean": True, "object": {"a": 1}, "array": [1], "null": None}
+
+
+Path = tuple[str | int, ...]
+
+
+def declared_fields(schema: dict[str, Any], value: Any, path: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every typed field a tool declares, down through the arguments a valid call holds."""
+    if "type" in schema and path:
+        yield path, schema
+    if isinstance(value, dict):
+        for key, sub in schema.get("properties", {}).items():
+            yield from declared_fields(sub, value.get(key), (*path, key))
+    elif isinstance(value, list) and value:
+        yield from declared_fields(schema.get("items", {}), value[0], (*path, 0))
+
+
+def with_value(value: Any, path: Path, new: Any) -> Any:
+    if not path:
+        return new
+    head, *rest = path
+    copy: Any = dict(value) if isinstance(value, dict) else list(value)
+    copy[head] = with_value(value[head] if isinstance(head, int) or head in value else {}, tuple(rest), new)
+    return copy
+
+
+def spelled(path: Path) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def test_every_declared_field_refuses_a_value_of_a_type_it_does_not_declare() -> None:
+    declared = {t.name: t for t in mcp_tools(60)}
+    assert set(declared) == set(VALID_CALLS)
+    arguments = ToolArguments(declared.values())
+    checked = 0
+    for name, valid in VALID_CALLS.items():
+        arguments.check(name, valid)
+        for path, schema in declared_fields(declared[name].inputSchema, valid, ()):
+            types = {schema["type"]} if isinstance(schema["type"], str) else set(schema["type"])
+            for kind, wrong in OF_TYPE.items():
+                if kind in types or (kind == "number" and "integer" in types):
+                    continue
+                with pytest.raises(InvalidInput) as refused:
+                    arguments.check(name, with_value(valid, path, wrong))
+                assert refused.value.field == spelled(path), (name, path, kind)
+                checked += 1
+    assert checked > 50, checked
+
+
+def test_a_field_declared_in_a_schema_is_checked_without_code_of_its_own() -> None:
+    declared = mcp_tools(60)
+    for tool in declared:
+        schema = tool.inputSchema
+        schema["properties"] = {**schema["properties"], "priority": {"type": "integer", "minimum": 1}}
+    arguments = ToolArguments(declared)
+    for name, valid in VALID_CALLS.items():
+        arguments.check(name, {**valid, "priority": 2})
+        for wrong in ("high", 0, 1.5, None):
+            with pytest.raises(InvalidInput) as refused:
+                arguments.check(name, {**valid, "priority": wrong})
+            assert str(refused.value) == "priority: must be a whole number of at least 1"
+
+
+def test_optional_text_may_be_null_as_if_left_out() -> None:
+    arguments = ToolArguments(mcp_tools(60))
+    question = {**QUESTION, "header": None, "options": [{"label": "A", "description": None}, {"label": "B"}]}
+    arguments.check("ask_user_question", {"questions": [question], "session_id": None, "context": None})
+    arguments.check(
+        "approve_tool_use", {**VALID_CALLS["approve_tool_use"], "tool_use_id": None, "context": None}
+    )
+    for name, valid in VALID_CALLS.items():
+        with pytest.raises(InvalidInput, match=r"^timeout_seconds: "):
+            arguments.check(name, {**valid, "timeout_seconds": None})
 
 
 async def test_an_unknown_tool_is_a_json_rpc_invalid_params_error(server: Server, admin: Client) -> None:
