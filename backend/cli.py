@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import secrets
@@ -15,9 +14,10 @@ from pathlib import Path
 
 import platformdirs
 import uvicorn
+from pydantic import SecretStr, ValidationError
 
 from backend import logs
-from backend.config import Settings
+from backend.config import Settings, problems
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 log = logging.getLogger("turnwise.cli")
@@ -42,8 +42,9 @@ def _log_level(args: argparse.Namespace) -> str:
 def _settings(args: argparse.Namespace) -> Settings:
     try:
         settings = Settings.from_env()
-    except ValueError as exc:  # a setting that cannot be read (TURNWISE_DB_POOLER=..., say)
-        print(f"turnwise: error: {exc}", file=sys.stderr)
+    except ValidationError as exc:  # a person's typo: what to mend, not a traceback
+        for line in problems(exc):
+            print(f"turnwise {args.command}: error: {line}", file=sys.stderr)
         raise SystemExit(2) from None
     overrides = {
         k: v
@@ -56,7 +57,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         }.items()
         if v is not None
     }
-    return dataclasses.replace(settings, **overrides)
+    return settings.model_copy(update=overrides)
 
 
 def _serve_workers(settings: Settings) -> None:
@@ -128,7 +129,8 @@ def _serve(settings: Settings, *, demo: bool = False, announce: str | None = Non
             if settings.bootstrap_token is None:
                 raise RuntimeError("the demo agent needs TURNWISE_BOOTSTRAP_TOKEN")
             # Connects through the API like any agent, once the server admits traffic.
-            agent = DemoAgent(f"http://{settings.host}:{settings.port}", settings.bootstrap_token)
+            token = settings.bootstrap_token.get_secret_value()
+            agent = DemoAgent(f"http://{settings.host}:{settings.port}", token)
             loop = asyncio.get_running_loop()
             app.state.demo_agent = loop.create_task(agent.run())
             if announce is not None:
@@ -190,15 +192,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if settings.workers != 1:
         print("turnwise demo: error: the demo runs one process; unset TURNWISE_WORKERS", file=sys.stderr)
         return 2
-    if not settings.bootstrap_token:
-        settings = dataclasses.replace(settings, bootstrap_token=_demo_token())
+    token = settings.bootstrap_token.get_secret_value() if settings.bootstrap_token else ""
+    if not token:
+        token = _demo_token()
+        settings = settings.model_copy(update={"bootstrap_token": SecretStr(token)})
     base = f"http://{settings.host}:{settings.port}"
     block = (
         "\nTurnwise demo is ready\n"
-        f"  web app:   {base}/#token={settings.bootstrap_token}\n"
-        f"  GraphiQL:  {base}/graphql  (header: Authorization: Bearer {settings.bootstrap_token})\n"
+        f"  web app:   {base}/#token={token}\n"
+        f"  GraphiQL:  {base}/graphql  (header: Authorization: Bearer {token})\n"
         f"  MCP:       {base}/mcp  (same header; see the README, How an agent connects)\n"
-        f"  token:     {settings.bootstrap_token}\n"
+        f"  token:     {token}\n"
         f"  database:  {settings.database_url}\n"
         "  (Ctrl-C stops it; --log-level info prints each ask and answer, debug adds start-up steps)\n"
     )
@@ -209,8 +213,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from backend.db import migrate
     from backend.db.engine import Database, PoolerNotSet
 
+    settings = _settings(args)
+
     async def run() -> None:
-        settings = _settings(args)
         db = Database(settings.database_url, fast_path=settings.db_fast_path, pooler=settings.db_pooler)
         try:
             await migrate.upgrade(db, url=settings.migrate_database_url)

@@ -1,12 +1,27 @@
-"""Settings from the environment (TURNWISE_*) and the command line; every default works embedded."""
+"""Settings from the environment (TURNWISE_*) and the command line; every default works embedded.
+
+One syntax for every switch, pydantic's: 1/0, true/false, yes/no, on/off (any case). An empty variable
+counts as unset. Lists are comma-separated."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Annotated, Any
 
 import platformdirs
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from typing_extensions import override
+
+ENV_PREFIX = "TURNWISE_"
 
 
 def default_database_url() -> str:
@@ -14,26 +29,40 @@ def default_database_url() -> str:
     return f"sqlite+aiosqlite:///{data / 'turnwise.db'}"
 
 
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw not in (None, "") else default
+def env_name(field: str) -> str:
+    """The variable that sets a field of `Settings`."""
+    return f"{ENV_PREFIX}{field.upper()}"
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw not in (None, "") else default
+_BOOL = TypeAdapter(bool)
+
+
+def switch(raw: str | None, default: bool) -> bool:
+    """A switch's value, read as `Settings` reads it: unset or empty is `default`."""
+    return default if raw is None or not raw.strip() else _BOOL.validate_python(raw.strip())
 
 
 def _switch(name: str) -> bool:
-    """On unless the variable is "0", "false" or "no" (any case)."""
-    return (os.environ.get(name) or "").strip().lower() not in ("0", "false", "no")
+    """A switch that is on unless its variable turns it off (read outside `Settings`, by code that
+    runs before any settings exist)."""
+    try:
+        return switch(os.environ.get(name), True)
+    except ValidationError:
+        raise ValueError(f"{name}: input should be a valid boolean (got {os.environ[name]!r})") from None
 
 
-def _list(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
+def problems(error: ValidationError) -> list[str]:
+    """One line per bad variable of a `Settings.from_env` that failed, naming it."""
+    lines = []
+    for e in error.errors(include_url=False):
+        name = env_name(str(e["loc"][0])) if e["loc"] else ENV_PREFIX + "*"
+        # A message of our own names the variable and the value already.
+        lines.append(e["msg"] if e["msg"].startswith(name) else f"{name}: {e['msg']} (got {e['input']!r})")
+    return lines
+
+
+# Comma-separated in the environment (not JSON, pydantic-settings' default for a sequence).
+CommaList = Annotated[tuple[str, ...], NoDecode]
 
 
 # TURNWISE_DB_POOLER: the connection pooler between Turnwise and PostgreSQL, when there is one.
@@ -41,8 +70,8 @@ POOLERS = ("pgbouncer",)
 
 
 def db_fast_path(raw: str | None) -> bool:
-    """TURNWISE_DB_FAST_PATH: on unless "0", "false" or "no" (any case)."""
-    return (raw or "").strip().lower() not in ("0", "false", "no")
+    """TURNWISE_DB_FAST_PATH: on unless it says off."""
+    return switch(raw, True)
 
 
 def db_pooler(raw: str | None) -> str | None:
@@ -58,19 +87,18 @@ def db_pooler(raw: str | None) -> str | None:
     return value
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
-    database_url: str = field(default_factory=default_database_url)
+    database_url: str = Field(default_factory=default_database_url)
     broadcast_url: str = "memory://"
     # Prefix of every channel at the broker, so deployments sharing one Redis or PostgreSQL stay apart.
     bus_namespace: str = ""
-    bootstrap_token: str | None = None
-    allowed_origins: tuple[str, ...] = ()
+    bootstrap_token: SecretStr | None = None
+    allowed_origins: CommaList = ()
     # Host names (optionally host:port) that browser requests to /mcp may address, besides the loopback
     # names and `host`: a page whose name was rebound to this machine addresses a foreign one.
-    allowed_hosts: tuple[str, ...] = ()
+    allowed_hosts: CommaList = ()
     # Clarification timing (seconds); the originals were hours, tests shorten them.
     max_wait_seconds: float = 7200.0
     live_confirmation_seconds: float = 300.0
@@ -89,11 +117,11 @@ class Settings:
     subscriptions_per_connection: int = 32
     max_query_depth: int = 12
     max_query_bytes: int = 64_000
-    fault_points: tuple[str, ...] = ()
+    fault_points: CommaList = ()
     webhook_url: str | None = None
     # How detached answers reach agents: channel (agentPrompts) | webhook | scripted (tests).
     executor: str = "channel"
-    scripted_outcomes: tuple[str, ...] = ("accepted",)
+    scripted_outcomes: CommaList = ("accepted",)
     scripted_log: str | None = None
     demo: bool = False
     # Server processes behind one port (`turnwise serve --workers N`): PostgreSQL and a shared bus only.
@@ -129,7 +157,7 @@ class Settings:
     # The MCP SDK's undocumented names (backend/api/mcp_adapter.py, under its canary):
     # TURNWISE_MCP_ADAPTER=0 leaves tool calls to the SDK's own handler (an unknown tool: a tool error).
     mcp_adapter: bool = True
-    # Reach (backend/services/reach.py): a person is told of a pending action still open after
+    # Reach (backend/services/reach/): a person is told of a pending action still open after
     # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
     # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. An ask
     # that wrote outbox rows wakes every process's worker for their due time (through the bus); an
@@ -145,75 +173,58 @@ class Settings:
     notify_send_seconds: float = 10.0
     notify_keep_days: float = 7.0
     public_url: str | None = None
-    vapid_private_key: str | None = None
+    vapid_private_key: SecretStr | None = None
     vapid_subject: str = "mailto:turnwise@localhost"
     # Outbound targets (push endpoints, webhook, chat and mail hosts) that may resolve to loopback,
     # private or link-local addresses (host or host:port); none by default: no open relay.
-    outbound_allowed_hosts: tuple[str, ...] = ()
+    outbound_allowed_hosts: CommaList = ()
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_ignore_empty=True, frozen=True)
+
+    @classmethod
+    @override
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Settings made in code (tests, embedding) are their keywords over the defaults, whatever the
+        # process's environment holds; `from_env` is where the environment comes in.
+        return (init_settings,)
 
     @classmethod
     def from_env(cls) -> Settings:
-        base = cls()
-        return replace(
-            base,
-            host=os.environ.get("TURNWISE_HOST", base.host),
-            port=_int("TURNWISE_PORT", base.port),
-            database_url=os.environ.get("TURNWISE_DATABASE_URL") or base.database_url,
-            broadcast_url=os.environ.get("TURNWISE_BROADCAST_URL") or base.broadcast_url,
-            bus_namespace=os.environ.get("TURNWISE_BUS_NAMESPACE", base.bus_namespace),
-            bootstrap_token=os.environ.get("TURNWISE_BOOTSTRAP_TOKEN") or None,
-            allowed_origins=_list("TURNWISE_ALLOWED_ORIGINS", base.allowed_origins),
-            allowed_hosts=_list("TURNWISE_ALLOWED_HOSTS", base.allowed_hosts),
-            notify_after_seconds=_float("TURNWISE_NOTIFY_AFTER_SECONDS", base.notify_after_seconds),
-            notify_retry_seconds=_float("TURNWISE_NOTIFY_RETRY_SECONDS", base.notify_retry_seconds),
-            notify_backoff_seconds=_float("TURNWISE_NOTIFY_BACKOFF_SECONDS", base.notify_backoff_seconds),
-            notify_poll_seconds=_float("TURNWISE_NOTIFY_POLL_SECONDS", base.notify_poll_seconds),
-            notify_idle_seconds=_float("TURNWISE_NOTIFY_IDLE_SECONDS", base.notify_idle_seconds),
-            notify_send_seconds=_float("TURNWISE_NOTIFY_SEND_SECONDS", base.notify_send_seconds),
-            notify_keep_days=_float("TURNWISE_NOTIFY_KEEP_DAYS", base.notify_keep_days),
-            public_url=os.environ.get("TURNWISE_PUBLIC_URL") or None,
-            vapid_private_key=os.environ.get("TURNWISE_VAPID_PRIVATE_KEY") or None,
-            vapid_subject=os.environ.get("TURNWISE_VAPID_SUBJECT") or base.vapid_subject,
-            outbound_allowed_hosts=_list("TURNWISE_OUTBOUND_ALLOWED_HOSTS", base.outbound_allowed_hosts),
-            max_wait_seconds=_float("TURNWISE_MAX_WAIT_SECONDS", base.max_wait_seconds),
-            live_confirmation_seconds=_float(
-                "TURNWISE_LIVE_CONFIRMATION_SECONDS", base.live_confirmation_seconds
-            ),
-            persistence_seconds=_float("TURNWISE_PERSISTENCE_SECONDS", base.persistence_seconds),
-            dispatch_seconds=_float("TURNWISE_DISPATCH_SECONDS", base.dispatch_seconds),
-            watchdog_seconds=_float("TURNWISE_WATCHDOG_SECONDS", base.watchdog_seconds),
-            heartbeat_seconds=_float("TURNWISE_HEARTBEAT_SECONDS", base.heartbeat_seconds),
-            bus_ping_seconds=_float("TURNWISE_BUS_PING_SECONDS", base.bus_ping_seconds),
-            bus_silence_seconds=_float("TURNWISE_BUS_SILENCE_SECONDS", base.bus_silence_seconds),
-            bus_publish_seconds=_float("TURNWISE_BUS_PUBLISH_SECONDS", base.bus_publish_seconds),
-            handoff_receipt_seconds=_float("TURNWISE_HANDOFF_RECEIPT_SECONDS", base.handoff_receipt_seconds),
-            subscriptions_per_connection=_int(
-                "TURNWISE_SUBSCRIPTIONS_PER_CONNECTION", base.subscriptions_per_connection
-            ),
-            max_query_depth=_int("TURNWISE_MAX_QUERY_DEPTH", base.max_query_depth),
-            max_query_bytes=_int("TURNWISE_MAX_QUERY_BYTES", base.max_query_bytes),
-            fault_points=_list("TURNWISE_FAULT_POINTS", base.fault_points),
-            webhook_url=os.environ.get("TURNWISE_WEBHOOK_URL") or None,
-            executor=os.environ.get("TURNWISE_EXECUTOR") or base.executor,
-            scripted_outcomes=_list("TURNWISE_SCRIPTED_OUTCOMES", base.scripted_outcomes),
-            scripted_log=os.environ.get("TURNWISE_SCRIPTED_LOG") or None,
-            workers=_int("TURNWISE_WORKERS", base.workers),
-            db_pool_size=_int("TURNWISE_DB_POOL_SIZE", base.db_pool_size),
-            db_fast_path=db_fast_path(os.environ.get("TURNWISE_DB_FAST_PATH")),
-            db_pooler=db_pooler(os.environ.get("TURNWISE_DB_POOLER")),
-            db_connect_timeout_seconds=_float(
-                "TURNWISE_DB_CONNECT_TIMEOUT_SECONDS", base.db_connect_timeout_seconds
-            ),
-            db_statement_timeout_seconds=_float(
-                "TURNWISE_DB_STATEMENT_TIMEOUT_SECONDS", base.db_statement_timeout_seconds
-            ),
-            migrate_database_url=os.environ.get("TURNWISE_MIGRATE_DATABASE_URL") or None,
-            access_log=os.environ.get("TURNWISE_ACCESS_LOG", "") in ("1", "true", "yes"),
-            ws_compression=os.environ.get("TURNWISE_WS_COMPRESSION", "") in ("1", "true", "yes"),
-            ws_adapter=_switch("TURNWISE_WS_ADAPTER"),
-            graphql_core_adapter=_switch("TURNWISE_GRAPHQL_CORE_ADAPTER"),
-            mcp_adapter=_switch("TURNWISE_MCP_ADAPTER"),
-        )
+        """The settings the TURNWISE_* variables make; a bad value is a `ValidationError` whose
+        locations are field names (`env_name` makes the variable of each)."""
+        return cls(**EnvSettingsSource(cls)())
+
+    @field_validator(
+        "allowed_origins",
+        "allowed_hosts",
+        "fault_points",
+        "scripted_outcomes",
+        "outbound_allowed_hosts",
+        mode="before",
+    )
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(p.strip() for p in value.split(",") if p.strip())
+        return value
+
+    @field_validator("db_pooler", mode="before")
+    @classmethod
+    def _pooler(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            try:
+                return db_pooler(value)
+            except ValueError as exc:
+                # Its own message, without pydantic's "Value error, " before it.
+                raise PydanticCustomError("db_pooler", str(exc)) from None
+        return value
 
     def scale_out_problem(self) -> str | None:
         """Why these settings cannot run `workers` processes, or None when they can."""
@@ -221,15 +232,8 @@ class Settings:
             return f"--workers must be at least 1 (got {self.workers})"
         if self.db_pool_size < 1:
             return f"TURNWISE_DB_POOL_SIZE must be at least 1 (got {self.db_pool_size})"
-        if self.db_pooler is not None:
-            try:
-                db_pooler(self.db_pooler)
-            except ValueError as exc:
-                return str(exc)
-            if self.database_url.startswith("sqlite"):
-                return (
-                    f"TURNWISE_DB_POOLER={self.db_pooler} needs a postgresql+asyncpg:// TURNWISE_DATABASE_URL"
-                )
+        if self.db_pooler is not None and self.database_url.startswith("sqlite"):
+            return f"TURNWISE_DB_POOLER={self.db_pooler} needs a postgresql+asyncpg:// TURNWISE_DATABASE_URL"
         if self.workers == 1:
             return None
         if self.database_url.startswith("sqlite"):

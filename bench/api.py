@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 from sqlalchemy import insert, select
 
 from backend.bus import EventBus
@@ -138,7 +139,7 @@ async def tasks_bench(dialect: str) -> dict[str, Any]:
         thresholds = gc.get_threshold()
         tune_collector()
 
-        settings = Settings(database_url=db.url, bootstrap_token="bench")
+        settings = Settings(database_url=db.url, bootstrap_token=SecretStr("bench"))
         app = create_app(settings, auto_migrate=False)
         query = (
             "{ tasks { id title summary { revision pendingAction }"

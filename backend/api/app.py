@@ -204,7 +204,8 @@ def create_app(
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
-    authenticator = Authenticator(settings.bootstrap_token, services.access)
+    token = settings.bootstrap_token
+    authenticator = Authenticator(token.get_secret_value() if token else None, services.access)
     mcp = McpEndpoint(services, authenticator)
     view = GraphQLView(
         services,

@@ -8,7 +8,6 @@ import datetime as dt
 import enum
 import json
 from collections.abc import AsyncGenerator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +251,7 @@ def test_the_served_schema_uses_it_unless_switched_off(
     assert build_schema().execution_context_class is expected
     assert build_schema(plain_fields=False).execution_context_class is StrawberryGraphQLCoreExecutionContext
     database_url = f"sqlite+aiosqlite:///{tmp_path / 'x.db'}"
-    assert _served_executor(replace(Settings.from_env(), database_url=database_url)) is expected
+    assert _served_executor(Settings.from_env().model_copy(update={"database_url": database_url})) is expected
     unadapted = Settings(database_url=database_url, graphql_core_adapter=False)
     assert _served_executor(unadapted) is StrawberryGraphQLCoreExecutionContext
 
