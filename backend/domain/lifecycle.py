@@ -212,6 +212,27 @@ class Bundle:
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", derive_state(self))
 
+    @classmethod
+    def of_rows(
+        cls,
+        pending_id: str,
+        task_id: str,
+        rows: Sequence[BundleRow],
+        session_state: str,
+        current_turn: str | None,
+    ) -> Bundle:
+        """The bundle one snapshot's facts make: its rows (at least one), its task, its session's state
+        and current turn; its own turn is the rows' (`bundle_turn`)."""
+        return cls(
+            pending_id=pending_id,
+            task_id=task_id,
+            session_id=rows[0].session_id,
+            turn_id=bundle_turn(rows),
+            session_state=session_state,
+            current_turn_id=current_turn,
+            rows=tuple(rows),
+        )
+
     @property
     def pending_rows(self) -> tuple[BundleRow, ...]:
         """Pending rows of the bundle's turn. A row with a legacy empty turn id does not mask the

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.domain.errors import present
 from backend.domain.events import EventKind
-from backend.domain.lifecycle import Bundle, BundleRow, Claim, bundle_turn
+from backend.domain.lifecycle import Bundle, BundleRow, Claim
 from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import clarifications as repo
 from backend.repository.reach import AskOutbox
@@ -138,15 +138,7 @@ class Core:
         session_state: str,
         current_turn: str | None,
     ) -> Bundle:
-        bundle = Bundle(
-            pending_id=pending_id,
-            task_id=task_id,
-            session_id=rows[0].session_id,
-            turn_id=bundle_turn(rows),
-            session_state=session_state,
-            current_turn_id=current_turn,
-            rows=tuple(rows),
-        )
+        bundle = Bundle.of_rows(pending_id, task_id, rows, session_state, current_turn)
         instance = bundle.waiter_instance
         heartbeat = None
         if self.hub.needs_heartbeat(instance):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from backend.db.engine import utcnow
-from backend.domain.lifecycle import Bundle, BundleState, bundle_turn
+from backend.domain.lifecycle import Bundle, BundleState
 from backend.repository import clarifications as bundles
 from backend.repository import reach as repo
 from backend.services.reach.asking import Asking
@@ -51,15 +51,7 @@ class Closing(Asking):
 
 
 def bundles_of(facts: dict[str, tuple[list[Any], str, str, str | None]]) -> dict[str, Bundle]:
-    out = {}
-    for pending_id, (rows, task_id, session_state, current_turn) in facts.items():
-        out[pending_id] = Bundle(
-            pending_id=pending_id,
-            task_id=task_id,
-            session_id=rows[0].session_id,
-            turn_id=bundle_turn(rows),
-            session_state=session_state,
-            current_turn_id=current_turn,
-            rows=tuple(rows),
-        )
-    return out
+    return {
+        pending_id: Bundle.of_rows(pending_id, task_id, rows, session_state, current_turn)
+        for pending_id, (rows, task_id, session_state, current_turn) in facts.items()
+    }
