@@ -16,9 +16,10 @@ PYTEST_WORKERS ?= 2
 XDIST = $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
 # Run a second time by `make test` with the database fast path off (TURNWISE_DB_FAST_PATH=0: every
 # statement through plain SQLAlchemy), so both paths stay equivalent: every statement's own tests
-# (repository), every lifecycle path through the services (lifecycle) and every way the database
-# fails (dbfaults). The rest runs once, on the fast path.
-DB_SUITES := tests/repository tests/lifecycle tests/dbfaults
+# (repository), every lifecycle path through the services (lifecycle), recovery and resume (resume),
+# the API over real servers (api) and every way the database fails (dbfaults). The rest (the browser,
+# the kit, reach, the bus) runs once, on the fast path.
+DB_SUITES := tests/repository tests/lifecycle tests/resume tests/api tests/dbfaults
 
 .PHONY: install install-run lock assets test-assets browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
 
