@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,29 +21,27 @@ def test_the_scenario_ids_are_s01_to_s45_in_order() -> None:
     assert tuple(f"S{n:02d}" for n in range(1, 46)) == SCENARIO_IDS
 
 
-def test_every_scenario_has_a_marked_test() -> None:
+def scenario_matrix(flag: str) -> Any:
+    """What `scripts/scenarios.py <flag>` prints, parsed: the matrix as `make scenarios` sees it."""
     run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "scenarios.py"), "--json"],
+        [sys.executable, str(REPO / "scripts" / "scenarios.py"), flag],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=False,
     )
-    matrix = json.loads(run.stdout)
+    return json.loads(run.stdout)
+
+
+def test_every_scenario_has_a_marked_test() -> None:
+    matrix = scenario_matrix("--json")
     assert list(matrix) == list(SCENARIO_IDS)
     missing = [sid for sid, tests in matrix.items() if not tests]
     assert missing == [], f"scenarios without a marked test: {', '.join(missing)}"
 
 
 def test_every_scenario_about_a_pending_action_runs_for_both_kinds() -> None:
-    run = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "scenarios.py"), "--json-kinds"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    kinds = json.loads(run.stdout)
+    kinds = scenario_matrix("--json-kinds")
     one_kind = {
         sid: [k for k in PENDING_KINDS if not by_kind[k]]
         for sid, by_kind in kinds.items()
