@@ -42,7 +42,7 @@ def switch(raw: str | None, default: bool) -> bool:
     return default if raw is None or not raw.strip() else _BOOL.validate_python(raw.strip())
 
 
-def _switch(name: str) -> bool:
+def env_switch(name: str) -> bool:
     """A switch that is on unless its variable turns it off (read outside `Settings`, by code that
     runs before any settings exist)."""
     try:

@@ -73,7 +73,7 @@ from graphql.pyutils import Path, Undefined, gather_with_cancel
 from backend.api import strawberry_adapter
 from backend.api.fanout import SHARED
 from backend.api.strawberry_adapter import Reliance
-from backend.config import _switch
+from backend.config import env_switch
 
 # The library versions the names below were read and checked against.
 CHECKED = {"graphql-core": "3.3.2"}
@@ -135,7 +135,7 @@ def installed_versions() -> dict[str, str]:
 def switched_on() -> bool:
     """TURNWISE_GRAPHQL_CORE_ADAPTER, read as `Settings.from_env` reads it (on unless "0", "false" or
     "no"), and the Strawberry adapter's switch (`strawberry_adapter.switched_on`)."""
-    return _switch("TURNWISE_GRAPHQL_CORE_ADAPTER") and strawberry_adapter.switched_on()
+    return env_switch("TURNWISE_GRAPHQL_CORE_ADAPTER") and strawberry_adapter.switched_on()
 
 
 def executor_class(on: bool = True) -> type[Executor[Any]] | None:

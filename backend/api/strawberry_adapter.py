@@ -133,7 +133,7 @@ from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.base import StrawberryObjectDefinition
 from strawberry.types.field import StrawberryField
 
-from backend.config import _switch
+from backend.config import env_switch
 
 # The library versions the names below were read and checked against.
 CHECKED = {"strawberry-graphql": "0.341.2"}
@@ -317,7 +317,7 @@ Parse = Callable[..., DocumentNode]
 
 def switched_on() -> bool:
     """TURNWISE_WS_ADAPTER, read as `Settings.from_env` reads it (on unless "0", "false" or "no")."""
-    return _switch("TURNWISE_WS_ADAPTER")
+    return env_switch("TURNWISE_WS_ADAPTER")
 
 
 def _strawberry_parse_cache(maxsize: int | None) -> Parse | None:
