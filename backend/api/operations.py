@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import strawberry
 from strawberry.types import Info
 
@@ -93,9 +95,20 @@ class OperationQueries:
 @strawberry.type
 class OperationMutations:
     @strawberry.mutation
-    async def create_task(self, info: Info[Context, None], title: str) -> Task:
+    async def create_task(
+        self,
+        info: Info[Context, None],
+        title: str,
+        project: Annotated[
+            str | None,
+            strawberry.argument(
+                description="The repository folder the task works in, e.g. its absolute path."
+            ),
+        ] = None,
+    ) -> Task:
         access.require_admin(info.context.principal)
-        (task,) = await Task.load(info, [await info.context.services.operations.create_task(title)])
+        record = await info.context.services.operations.create_task(title, project=project)
+        (task,) = await Task.load(info, [record])
         return task
 
     @strawberry.mutation

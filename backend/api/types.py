@@ -404,6 +404,9 @@ class Task:
     id: strawberry.ID
     title: str
     workflow_step: str
+    project: str | None = strawberry.field(
+        description="The repository folder the task works in (a hook's cwd); rules can be scoped to it."
+    )
     primary_session_id: strawberry.ID | None
     summary: TaskStatusSummary | None = strawberry.field(
         description="Null tells a client to drop its cached summary."
@@ -418,6 +421,7 @@ class Task:
             id=strawberry.ID(record.id),
             title=record.title,
             workflow_step=record.workflow_step,
+            project=record.project,
             primary_session_id=None if primary is None else strawberry.ID(primary),
             summary=None if view.summary is None else TaskStatusSummary.of(view.summary),
         )

@@ -39,6 +39,9 @@ tasks = Table(
     Column("workflow_step", String(200), nullable=False, server_default="todo"),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The repository folder the task works in (a hook's `cwd`); rules can be scoped to it.
+    Column("project", Text, nullable=True),
+    Index("ix_tasks_project", "project"),
 )
 
 task_sessions = Table(

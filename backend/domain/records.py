@@ -14,6 +14,7 @@ class TaskRecord:
     workflow_step: str
     created_at: dt.datetime
     updated_at: dt.datetime
+    project: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

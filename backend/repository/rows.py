@@ -25,7 +25,9 @@ def metadata_of(value: Any, *, where: str) -> dict[str, Any]:
 
 def task(row: Any) -> TaskRecord:
     m = row._mapping
-    return TaskRecord(m["id"], m["title"], m["workflow_step"], m["created_at"], m["updated_at"])
+    return TaskRecord(
+        m["id"], m["title"], m["workflow_step"], m["created_at"], m["updated_at"], m.get("project")
+    )
 
 
 def session(row: Any) -> SessionRecord:

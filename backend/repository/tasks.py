@@ -18,12 +18,19 @@ from backend.repository import rows
 from backend.repository.authority import active_pending_rows
 
 
-async def create_task(conn: AsyncConnection, title: str, workflow_step: str = "todo") -> TaskRecord:
+async def create_task(
+    conn: AsyncConnection, title: str, workflow_step: str = "todo", *, project: str | None = None
+) -> TaskRecord:
     now = utcnow()
-    record = TaskRecord(new_id(), title, workflow_step, now, now)
+    record = TaskRecord(new_id(), title, workflow_step, now, now, project)
     await conn.execute(
         tasks.insert().values(
-            id=record.id, title=title, workflow_step=workflow_step, created_at=now, updated_at=now
+            id=record.id,
+            title=title,
+            workflow_step=workflow_step,
+            created_at=now,
+            updated_at=now,
+            project=project,
         )
     )
     return record

@@ -31,6 +31,7 @@ log = logging.getLogger("turnwise.operations")
 T = TypeVar("T")
 
 MAX_TITLE = 500
+MAX_PROJECT = 1000  # a folder path; PostgreSQL's btree index holds it whole
 MAX_CONTENT = 200_000
 POSTABLE_KINDS = frozenset(
     {MESSAGE_KIND_MESSAGE, MESSAGE_KIND_PERMISSION, "status", "tool_call", "thinking", "error"}
@@ -66,10 +67,12 @@ class Operations:
         """Run `work` in its own task with a finite deadline; a cancelled caller does not cancel it."""
         return await bounded(self._background, work, self.deps.settings.persistence_seconds)
 
-    async def create_task(self, title: str) -> TaskRecord:
+    async def create_task(self, title: str, *, project: str | None = None) -> TaskRecord:
         title = plain_name("title", _text("title", title, limit=MAX_TITLE)).strip()
+        if project is not None:
+            project = plain_name("project", _text("project", project, limit=MAX_PROJECT)).strip()
         async with self.deps.db.write() as conn:
-            return await tasks.create_task(conn, title)
+            return await tasks.create_task(conn, title, project=project)
 
     async def create_session(self, task_id: str, *, is_primary: bool, input_capable: bool) -> SessionRecord:
         async with self.deps.db.write() as conn:
