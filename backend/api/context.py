@@ -41,6 +41,11 @@ class Context:
         return DataLoader(load_fn=self._load_active_permissions)
 
     @cached_property
+    def project_by_task(self) -> DataLoader[str, str | None]:
+        """A task's project (`Task.project`), for the rules suggested from its requests."""
+        return DataLoader(load_fn=self._load_projects)
+
+    @cached_property
     def task_views(self) -> DataLoader[str, TaskView | None]:
         """Task list / boot: summaries reconciled together with the session projections they derive from."""
         return DataLoader(load_fn=self._load_task_views)
@@ -65,6 +70,10 @@ class Context:
     async def _load_active_permissions(self, session_ids: list[str]) -> list[Bundle | None]:
         bundles = await self.services.permissions.active(session_ids)
         return [bundles.get(s) for s in session_ids]
+
+    async def _load_projects(self, task_ids: list[str]) -> list[str | None]:
+        projects = {t.id: t.project for t in await self.services.reads.tasks(task_ids)}
+        return [projects.get(t) for t in task_ids]
 
     async def _load_pending(self, session_ids: list[str]) -> list[SessionPending | None]:
         viewed = self._viewed_projections

@@ -1,4 +1,5 @@
-"""The approval surface: askPermission (the live waiter), respondToPermission, rules, reads.
+"""The approval surface: askPermission (the live waiter), respondToPermission, reads (rules:
+`api/permission_rules.py`).
 
 The same lifecycle as a clarification (`services/pending/`, kind `permission`); results
 share the clarification's conflict and delivery-failure types, so a client handles a stale or
@@ -7,7 +8,6 @@ undeliverable decision the same way for both kinds.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import AsyncGenerator
 from typing import Annotated, Any
 
@@ -15,7 +15,6 @@ import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
-from backend.api.access import require_session_read
 from backend.api.clarifications import (
     QUEUED,
     ClarificationConflict,
@@ -33,30 +32,9 @@ from backend.api.types import PermissionBehavior, PermissionDecision, Permission
 from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant
 from backend.domain.permissions import Decision, Sent
+from backend.domain.rule_scopes import Scope
 from backend.domain.states import PendingActionKind
-from backend.repository.permission_rules import RuleRecord
-
-
-@strawberry.type(
-    description="A remembered ALLOW: requests of this session for this tool are allowed at once."
-)
-class PermissionRule:
-    id: strawberry.ID
-    session_id: strawberry.ID
-    tool_name: str
-    input: JSON | None = strawberry.field(description="The one input it allows; null: any input.")
-    created_at: dt.datetime
-
-    @classmethod
-    def of(cls, r: RuleRecord) -> PermissionRule:
-        return cls(
-            id=strawberry.ID(r.id),
-            session_id=strawberry.ID(r.session_id),
-            tool_name=r.tool_name,
-            input=None if r.any_input else r.input,
-            created_at=r.created_at,
-        )
-
+from backend.services.permissions import RememberAs
 
 # --- outcomes for the agent ---------------------------------------------------------------------
 
@@ -144,18 +122,6 @@ class PermissionQueries:
         bundle = await readable_bundle(info, str(pending_id), PendingActionKind.PERMISSION)
         return None if bundle is None else PermissionRequest.of(bundle)
 
-    @strawberry.field(description="The session's remembered rules, oldest first.")
-    async def permission_rules(
-        self, info: Info[Context, None], session_id: strawberry.ID
-    ) -> list[PermissionRule]:
-        principal = info.context.principal
-        found = await info.context.services.permissions.rules(
-            # Refused as an unknown session is: the error names the session asked for, never its task.
-            str(session_id),
-            authorize=lambda task_id, s: require_session_read(principal, str(s), task_id),
-        )
-        return [PermissionRule.of(r) for r in found]
-
 
 @strawberry.type
 class PermissionMutations:
@@ -179,17 +145,38 @@ class PermissionMutations:
         remember: Annotated[
             bool,
             strawberry.argument(
-                description="ALLOW: also a rule of this session allowing this tool with this input. Not "
-                "with an updatedInput that differs from the input asked (the rule would allow what "
-                "the agent asked for, not the edit), unless rememberAnyInput."
+                description="ALLOW: also an ALLOW rule: rememberPattern (one of the request's "
+                "suggestions) where rememberScope says; without one, this exact call (Bash: "
+                "Bash(<command>)). Not with an updatedInput that differs from the input asked unless a "
+                "pattern or rememberAnyInput says what it allows (an exact rule would allow what the "
+                "agent asked for, not the edit)."
             ),
         ] = False,
         remember_any_input: Annotated[
             bool,
             strawberry.argument(
-                description="With remember: the rule allows any input of this tool, not only this one."
+                description="With remember: the rule allows any input of this tool, not only this one "
+                "(the pattern is the bare tool name)."
             ),
         ] = False,
+        remember_pattern: Annotated[
+            str | None,
+            strawberry.argument(
+                description="With remember: the rule's pattern, in Claude Code's syntax; it must match "
+                "the input allowed."
+            ),
+        ] = None,
+        remember_scope: Annotated[
+            Scope,
+            strawberry.argument(
+                description="With remember: SESSION (this session), TASK, PROJECT (every task of this "
+                "task's project) or GLOBAL (admins only)."
+            ),
+        ] = Scope.SESSION,
+        remember_expires_in_seconds: Annotated[
+            float | None,
+            strawberry.argument(description="With remember: the rule expires after this many seconds."),
+        ] = None,
     ) -> RespondToPermissionResult:
         principal = info.context.principal
         has_input = updated_input is not strawberry.UNSET and updated_input is not None
@@ -206,15 +193,10 @@ class PermissionMutations:
             sent,
             decided_by=principal.user_id,
             authorize=answering(principal, "permission", str(pending_id)),
+            remember_as=RememberAs(remember_pattern, remember_scope, remember_expires_in_seconds),
+            admin=principal.is_admin,
         )
         return _respond_result(result)
-
-    @strawberry.mutation(description="Forget a remembered rule; false when there is no such rule.")
-    async def revoke_permission_rule(self, info: Info[Context, None], rule_id: strawberry.ID) -> bool:
-        principal = info.context.principal
-        return await info.context.services.permissions.revoke(
-            str(rule_id), authorize=answering(principal, "permission rule", str(rule_id))
-        )
 
 
 @strawberry.type

@@ -24,6 +24,7 @@ from backend.api.clarifications import (
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
+from backend.api.permission_rules import PermissionRuleMutations, PermissionRuleQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
 from backend.api.reach import ReachMutations, ReachQueries
@@ -34,7 +35,14 @@ log = logging.getLogger("turnwise.api")
 
 
 @strawberry.type
-class Query(OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries, ReachQueries):
+class Query(
+    OperationQueries,
+    AccessQueries,
+    ClarificationQueries,
+    PermissionQueries,
+    PermissionRuleQueries,
+    ReachQueries,
+):
     pass
 
 
@@ -45,6 +53,7 @@ class Mutation(
     AccessMutations,
     ClarificationMutations,
     PermissionMutations,
+    PermissionRuleMutations,
     ReachMutations,
 ):
     pass

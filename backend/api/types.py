@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from collections.abc import Sequence
-from typing import Annotated, cast
+from typing import Annotated, Any, cast
 
 import strawberry
 from strawberry.scalars import JSON
@@ -33,6 +33,8 @@ from backend.domain.records import (
     TaskRecord,
     TurnRecord,
 )
+from backend.domain.rule_patterns import PatternError, suggest_rules
+from backend.domain.rule_scopes import RuleBehavior, Scope
 from backend.domain.states import (
     MESSAGE_KIND_CLARIFICATION,
     ClarificationStatus,
@@ -47,6 +49,13 @@ strawberry.enum(SessionState, name="SessionState")
 strawberry.enum(ClarificationStatus, name="ClarificationStatus")
 strawberry.enum(ClarificationBundleState, name="ClarificationBundleState")
 strawberry.enum(ConflictReason, name="ConflictReason")
+strawberry.enum(RuleBehavior, name="RuleBehavior")
+strawberry.enum(
+    Scope,
+    name="RuleScope",
+    description="Where a permission rule applies: one session, every session of one task, every task "
+    "of one project (Task.project), or everywhere (admins only).",
+)
 
 
 @strawberry.enum
@@ -206,19 +215,47 @@ class PermissionBehavior(enum.Enum):
 
 
 @strawberry.type(
-    description="A remembered rule as it was when it decided a request: which tool, and whether it "
-    "allowed only that exact input or any input of the tool."
+    description="The rule that decided a request, as it was when it decided: its pattern, behavior and "
+    "scope (kept with the decision, so it still reads after the rule is revoked or expired)."
 )
 class PermissionRuleSnapshot:
     id: strawberry.ID
     tool_name: str
     any_input: bool = strawberry.field(
-        description="True: the rule allows any input of the tool; false: only the request's input, exactly."
+        description="True: the rule matched any input of the tool (a bare tool name)."
     )
+    pattern: str | None = strawberry.field(
+        description="Its pattern; null for a decision stored before rules had patterns."
+    )
+    behavior: RuleBehavior
+    scope: Scope
+    scope_id: strawberry.ID | None
 
     @classmethod
     def of(cls, r: RuleRef) -> PermissionRuleSnapshot:
-        return cls(id=strawberry.ID(r.id), tool_name=r.tool_name, any_input=r.any_input)
+        return cls(
+            id=strawberry.ID(r.id),
+            tool_name=r.tool_name,
+            any_input=r.any_input,
+            pattern=r.pattern,
+            behavior=RuleBehavior(r.behavior),
+            scope=Scope(r.scope),
+            scope_id=None if r.scope_id is None else strawberry.ID(r.scope_id),
+        )
+
+
+@strawberry.type(
+    description="A rule a person may mean by allowing a request always: this exact call, the command's "
+    "prefix, the file's folder, the tool (or its MCP server)."
+)
+class RuleSuggestion:
+    pattern: str
+    label: str = strawberry.field(description="What it allows, as a person reads it.")
+    broad: bool = strawberry.field(
+        description="It lets through any input of a tool that runs commands or writes files: ask once "
+        "more before remembering it."
+    )
+    warning: str | None = strawberry.field(description="With broad: what it lets through.")
 
 
 @strawberry.type
@@ -269,6 +306,21 @@ class PermissionRequest:
     context: str | None
     agent_disconnected: bool
     decision: PermissionDecision | None
+
+    @strawberry.field(
+        description="The rules a person may remember from this request, narrowest first (respondToPermission "
+        "with remember and rememberPattern)."
+    )
+    async def suggestions(self, info: Info[Context, None]) -> list[RuleSuggestion]:
+        project = await info.context.project_by_task.load(str(self.task_id))
+        try:
+            found = suggest_rules(self.tool_name, cast(dict[str, Any], self.input), project=project)
+        except PatternError:  # a tool whose name no rule can hold: nothing to suggest
+            return []
+        return [
+            RuleSuggestion(pattern=s.pattern.text, label=s.label, broad=s.broad, warning=s.warning)
+            for s in found
+        ]
 
     @classmethod
     def of(cls, b: Bundle) -> PermissionRequest:

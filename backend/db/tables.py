@@ -203,24 +203,35 @@ session_inbox = Table(
     Index("ix_session_inbox_pending", "pending_id"),
 )
 
-# Remembered permission decisions: "always allow this tool (with this input, or any input) in this
-# session". `input_key` is the hash of the input's canonical JSON, or "" for any input; a request
-# matches a rule of its session and tool whose key is its own or "". Written by a person's ALLOW
-# with remember, in the transaction of that decision's claim; never by an agent.
+# Permission rules in Claude Code's syntax (`domain.rule_patterns`): `pattern` ("Bash",
+# "Bash(npm test:*)", "Edit(src/**)", "mcp__github") decides a request `behavior` (allow, ask or deny)
+# wherever its `scope` reaches: one session (`session_id` and `scope_id`), one task, one project
+# (`Task.project`) or everywhere (global, `scope_id` NULL), until `expires_at` if it has one.
+# `tool_name` is the pattern's tool as a request is looked up by (`rule_patterns` keys; an MCP server's
+# rule is found under "mcp__<server>"). A rule for one exact input (remembered before patterns, or
+# "this exact call" of a tool whose input no pattern can say) keeps it: `input_key` is the hash of its
+# canonical JSON (`domain.permissions.input_key`), NULL for every other rule. Written by a person
+# (respondToPermission with remember, addPermissionRule, importPermissionRules), never by an agent;
+# read with the ask's own context statement (`repository.permission_rules.candidates`).
 permission_rules = Table(
     "permission_rules",
     metadata,
     Column("id", ID, primary_key=True),
-    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=True),
     Column("tool_name", String(200), nullable=False),
-    Column("input_key", String(64), nullable=False),
+    Column("input_key", String(64), nullable=True),
     Column("input", JSONDoc, nullable=True),
     # The input's JSON text (migration 0009): read back exactly, where JSONB rewrites numbers.
     Column("input_json", Text, nullable=True),
+    Column("pattern", Text, nullable=False),
+    Column("behavior", String(8), nullable=False),
+    Column("scope", String(16), nullable=False),
+    Column("scope_id", Text, nullable=True),
+    Column("expires_at", UTCDateTime, nullable=True),
     Column("created_by", ID, nullable=True),
     Column("source_pending_id", ID, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
-    UniqueConstraint("session_id", "tool_name", "input_key"),
+    Index("ix_permission_rules_scope", "scope_id", "tool_name"),
 )
 
 # Reach: where a person hears of a pending action with no tab open. A browser's Web Push subscription

@@ -191,15 +191,30 @@ def shown_input(value: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class RuleRef:
-    """The remembered rule that decided a request, as it was when it decided: stored with the
-    decision, so the history still says which rule allowed what after the rule is revoked."""
+    """The rule that decided a request, as it was when it decided: stored with the decision, so the
+    history still says which rule allowed or denied what, and where it applied, after the rule is
+    revoked or expired."""
 
     id: str
     tool_name: str
-    any_input: bool  # False: the rule allows only the request's own input, exactly
+    any_input: bool  # True: any input of the tool (a bare tool name)
+    # Its pattern, behavior ("allow" / "deny"), scope and scope id; None for a decision stored before
+    # rules had them (a session's ALLOW).
+    pattern: str | None = None
+    behavior: str = ALLOW
+    scope: str = "session"
+    scope_id: str | None = None
 
     def as_stored(self) -> dict[str, Any]:
-        return {"id": self.id, "tool_name": self.tool_name, "any_input": self.any_input}
+        return {
+            "id": self.id,
+            "tool_name": self.tool_name,
+            "any_input": self.any_input,
+            "pattern": self.pattern,
+            "behavior": self.behavior,
+            "scope": self.scope,
+            "scope_id": self.scope_id,
+        }
 
     @classmethod
     def from_stored(cls, raw: Any) -> RuleRef | None:
@@ -208,7 +223,18 @@ class RuleRef:
         rule_id, tool_name, any_input = raw.get("id"), raw.get("tool_name"), raw.get("any_input")
         if not (isinstance(rule_id, str) and isinstance(tool_name, str) and isinstance(any_input, bool)):
             return None
-        return cls(rule_id, tool_name, any_input)
+        pattern, behavior, scope, scope_id = (
+            raw.get(k) for k in ("pattern", "behavior", "scope", "scope_id")
+        )
+        return cls(
+            rule_id,
+            tool_name,
+            any_input,
+            pattern if isinstance(pattern, str) else None,
+            behavior if isinstance(behavior, str) else ALLOW,
+            scope if isinstance(scope, str) else "session",
+            scope_id if isinstance(scope_id, str) else None,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,8 +307,10 @@ class Sent:
     remember_any_input: bool = False
 
 
-def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
-    """The decision on `request` (a row's tool request), or InvalidInput naming the field."""
+def validate_decision(request: Mapping[str, Any], sent: Sent, *, pattern_rule: bool = False) -> Decision:
+    """The decision on `request` (a row's tool request), or InvalidInput naming the field.
+    `pattern_rule`: a remembered ALLOW becomes a rule of a pattern (checked against the input the
+    person allowed where it is written), not one of this exact input."""
     behavior = sent.behavior.lower()
     message = sent.message
     if behavior not in (ALLOW, DENY):
@@ -303,7 +331,7 @@ def validate_decision(request: Mapping[str, Any], sent: Sent) -> Decision:
     original = request.get("input")
     if sent.has_updated_input:
         edited = _json_value("updatedInput", _an_object("updatedInput", sent.updated_input))
-        exact_rule = sent.remember and not sent.remember_any_input
+        exact_rule = sent.remember and not sent.remember_any_input and not pattern_rule
         if exact_rule and input_key(edited) != input_key(original):
             # A rule for one exact input would allow what the agent asked for, not what the person
             # approved: "always allow X" on a request for Y says neither.

@@ -8,11 +8,11 @@ pending sequence of every session it touched once, at commit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, exists, func, not_, select, update
+from sqlalchemy import CTE, ColumnElement, Select, bindparam, exists, func, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
@@ -24,8 +24,9 @@ from backend.domain.errors import CorruptData, NotFound
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import BundleRow, Spec
 from backend.domain.records import MessageRecord, SessionRecord
+from backend.domain.rule_scopes import RuleRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
-from backend.repository import message_fields, reach, rows, summaries, tasks
+from backend.repository import message_fields, permission_rules, reach, rows, summaries, tasks
 from backend.repository.authority import (
     PENDING_ACTION_TYPES,
     active_pending_rows,
@@ -102,13 +103,27 @@ _ACTIVE_BY_SIGNATURE = (
 
 # What an ask needs, in one statement: the session, its current turn, and the active bundle an
 # identical ask would re-attach to (only an active bundle qualifies: of the current turn, pending,
-# in a live session).
-_ASK_CONTEXT = Prepared(
-    select(
+# in a live session); for a permission request, also its task's project and the rules that may decide
+# it (`permission_rules.with_candidates`).
+def _ask_context_select(*, rules: bool) -> Select[Any]:
+    columns: list[Any] = [
         S,
         current_turn_id(S.c.id).label("current_turn"),
         _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
-    ).where(S.c.id == B_SESSION)
+    ]
+    if rules:
+        columns.append(permission_rules.project_of(S.c.task_id))
+    return select(*columns).where(S.c.id == B_SESSION)
+
+
+def _ask_context_cte(*, rules: bool) -> CTE:
+    return _ask_context_select(rules=rules).cte("ask_context").prefix_with("MATERIALIZED")
+
+
+_ASK_CONTEXT = Prepared(_ask_context_select(rules=False))
+_ASK_CONTEXT_CTE = _ask_context_cte(rules=True)
+_ASK_CONTEXT_WITH_RULES = Prepared(
+    permission_rules.with_candidates(_ASK_CONTEXT_CTE, list(_ASK_CONTEXT_CTE.c))
 )
 # The columns a new message row is written with (`_row_values`).
 _ROW_COLUMNS = (
@@ -228,11 +243,32 @@ async def ask_context(
     conn: AsyncConnection, session_id: str, signature: str
 ) -> tuple[SessionRecord, str | None, str | None]:
     """(session, its current turn, the active bundle with this signature) in one statement."""
-    row = await _ASK_CONTEXT.first(conn, {"b_session": session_id, "b_signature": signature})
-    if row is None:
+    found = await ask_context_with_rules(conn, session_id, signature, None)
+    return found.session, found.turn_id, found.reusable
+
+
+async def ask_context_with_rules(
+    conn: AsyncConnection, session_id: str, signature: str, rules: Mapping[str, Any] | None
+) -> AskContext:
+    """`ask_context`, and with `rules` (`permission_rules.candidate_params`) the rules that may
+    decide the ask, in the same statement."""
+    params = {"b_session": session_id, "b_signature": signature}
+    if rules is None:
+        row = await _ASK_CONTEXT.first(conn, params)
+        found = [] if row is None else [row]
+    else:
+        found = await _ASK_CONTEXT_WITH_RULES.rows(conn, {**params, **rules})
+    if not found:
         raise NotFound("session", session_id)
+    return _ask_context(found)
+
+
+def _ask_context(found: Sequence[Any]) -> AskContext:
+    row = found[0]
     turn = None if row.current_turn is None else str(row.current_turn)
-    return rows.session(row), turn, None if row.reusable is None else str(row.reusable)
+    rules, project = permission_rules.candidates_of(found)
+    reusable = None if row.reusable is None else str(row.reusable)
+    return AskContext(rows.session(row), turn, reusable, rules=rules, project=project)
 
 
 # --- ask ----------------------------------------------------------------------------------------
@@ -328,16 +364,20 @@ async def insert_decided(
     context: str | None,
     signature: str,
     response: dict[str, Any],
+    status: ClarificationStatus = ClarificationStatus.ANSWERED,
+    extra: Mapping[str, Any] | None = None,
 ) -> MessageRecord:
-    """A pending action decided as it is asked (a permission a remembered rule allows): its row, of
-    a new bundle, answered at once. History only: it never blocks the session or takes a claim."""
+    """A pending action decided as it is asked (a permission a rule allows or denies): its row, of
+    a new bundle, settled at once (`status`: answered, or rejected for a denial) with `extra`
+    metadata beside the response. History only: it never blocks the session or takes a claim."""
     (record,) = _bundle_records(session_id, turn_id, new_id(), [spec], context, signature, "", "")
     metadata = {
         **record.metadata,
-        "status": ClarificationStatus.ANSWERED.value,
+        "status": status.value,
         "agent_disconnected": True,
         "requests_input": False,
         "response": response,
+        **(extra or {}),
     }
     for unused in ("waiter_id", "waiter_instance"):
         metadata.pop(unused)
@@ -347,90 +387,90 @@ async def insert_decided(
 
 
 # PostgreSQL, a one-question ask in the common case as one statement: what `_ASK_CONTEXT` reads, and,
-# only when the session is live, has a current turn and no active bundle with the same questions,
-# the bundle's row inserted into that turn and the session set waiting (with its sequence bump)
-# unless it already was. All of it in the snapshot after the session's lock; any other case is left
-# to the caller, which decides from the context as before.
-_ASK_CTX = (
-    select(
-        S,
-        current_turn_id(S.c.id).label("current_turn"),
-        _ACTIVE_BY_SIGNATURE.scalar_subquery().label("reusable"),
+# only when the session is live, has a current turn and no active bundle with the same questions (and,
+# for a permission request, no rule that may decide it: `_with_rules`), the bundle's row inserted into
+# that turn and the session set waiting (with its sequence bump) unless it already was. All of it in
+# the snapshot after the session's lock; any other case is left to the caller, which decides from the
+# context as before.
+def _ask_and_insert(*, outbox: bool, rules: bool) -> Prepared:
+    context = _ask_context_cte(rules=rules)
+    conditions = [
+        context.c.current_turn.is_not(None),
+        context.c.reusable.is_(None),
+        session_is_live(context.c.state),
+    ]
+    if rules:
+        conditions.append(permission_rules.no_candidates(context))
+    inserted = (
+        M.insert()
+        .from_select(
+            list(_ROW_COLUMNS),
+            select(
+                bindparam("b_id", type_=M.c.id.type),
+                context.c.id,
+                context.c.current_turn,
+                *(bindparam(f"b_{c}", type_=M.c[c].type) for c in _ROW_COLUMNS[3:]),
+            ).where(*conditions),
+        )
+        .returning(M.c.id)
+        .cte("inserted")
     )
-    .where(S.c.id == B_SESSION)
-    .cte("ask_context")
-    .prefix_with("MATERIALIZED")
-)
-_ASK_INSERTED = (
-    M.insert()
-    .from_select(
-        list(_ROW_COLUMNS),
-        select(
-            bindparam("b_id", type_=M.c.id.type),
-            _ASK_CTX.c.id,
-            _ASK_CTX.c.current_turn,
-            *(bindparam(f"b_{c}", type_=M.c[c].type) for c in _ROW_COLUMNS[3:]),
-        ).where(
-            _ASK_CTX.c.current_turn.is_not(None),
-            _ASK_CTX.c.reusable.is_(None),
-            session_is_live(_ASK_CTX.c.state),
-        ),
+    set_waiting = (
+        update(S)
+        .where(
+            S.c.id == B_SESSION,
+            exists(select(inserted.c.id)),
+            S.c.state != SessionState.WAITING_FOR_INPUT.value,
+        )
+        .values(
+            state=SessionState.WAITING_FOR_INPUT.value,
+            pending_seq=S.c.pending_seq + 1,
+            updated_at=bindparam("b_updated_at", type_=S.c.updated_at.type),
+        )
+        .returning(S.c.id)
+        .cte("set_waiting")
     )
-    .returning(M.c.id)
-    .cte("inserted")
-)
-_ASK_SET_WAITING = (
-    update(S)
-    .where(
-        S.c.id == B_SESSION,
-        exists(select(_ASK_INSERTED.c.id)),
-        S.c.state != SessionState.WAITING_FOR_INPUT.value,
-    )
-    .values(
-        state=SessionState.WAITING_FOR_INPUT.value,
-        pending_seq=S.c.pending_seq + 1,
-        updated_at=bindparam("b_updated_at", type_=S.c.updated_at.type),
-    )
-    .returning(S.c.id)
-    .cte("set_waiting")
-)
-# ... and, for an ask that tells people (`outbox`), the notification outbox's rows of the new bundle
-# (`reach.ask_outbox_insert`), only when its row was inserted, for the context's task and session.
-_ASK_OUTBOX = reach.ask_outbox_insert(
-    task_id=_ASK_CTX.c.task_id,
-    session_id=_ASK_CTX.c.id,
-    where=[exists(select(_ASK_INSERTED.c.id))],
-    alongside=_ASK_CTX,
-).cte("outbox")
-
-
-def _ask_and_insert(*, outbox: bool) -> Prepared:
     columns = [
-        *_ASK_CTX.c,
-        select(_ASK_INSERTED.c.id).scalar_subquery().label("inserted"),
-        select(func.count()).select_from(_ASK_SET_WAITING).scalar_subquery().label("set_waiting"),
+        *context.c,
+        select(inserted.c.id).scalar_subquery().label("inserted"),
+        select(func.count()).select_from(set_waiting).scalar_subquery().label("set_waiting"),
     ]
     if outbox:
-        columns.append(select(func.count()).select_from(_ASK_OUTBOX).scalar_subquery().label("outbox"))
-    return Prepared(select(*columns))
+        # ... and, for an ask that tells people, the notification outbox's rows of the new bundle
+        # (`reach.ask_outbox_insert`), only when its row was inserted, for the context's task and
+        # session.
+        written = reach.ask_outbox_insert(
+            task_id=context.c.task_id,
+            session_id=context.c.id,
+            where=[exists(select(inserted.c.id))],
+            alongside=context,
+        ).cte("outbox")
+        columns.append(select(func.count()).select_from(written).scalar_subquery().label("outbox"))
+    return Prepared(permission_rules.with_candidates(context, columns) if rules else select(*columns))
 
 
-_ASK_AND_INSERT = _ask_and_insert(outbox=False)
-_ASK_AND_INSERT_NOTIFYING = _ask_and_insert(outbox=True)
+_ASK_AND_INSERT = {
+    (outbox, rules): _ask_and_insert(outbox=outbox, rules=rules)
+    for outbox in (False, True)
+    for rules in (False, True)
+}
 
 
 @dataclass(frozen=True, slots=True)
 class AskContext:
     """The session as the ask found it, its current turn, the active bundle an identical ask would
-    re-attach to, and (`ask_context_inserting`) the bundle's rows when the statement already inserted
-    them, with the number of notification outbox rows it wrote for them (None: it wrote none, the
-    caller writes them with `reach.enqueue_ask`)."""
+    re-attach to, the rules that may decide it (asked for: `permission_rules.candidates_of`), and
+    (`ask_context_inserting`) the bundle's rows when the statement already inserted them, with the
+    number of notification outbox rows it wrote for them (None: it wrote none, the caller writes them
+    with `reach.enqueue_ask`)."""
 
     session: SessionRecord
     turn_id: str | None
     reusable: str | None
     inserted: list[MessageRecord] | None = None
     outbox_rows: int | None = None
+    rules: list[RuleRecord] = field(default_factory=list)
+    project: str | None = None  # the session's task's, read with the rules
 
 
 async def ask_context_inserting(
@@ -444,31 +484,30 @@ async def ask_context_inserting(
     waiter_id: str,
     waiter_instance: str,
     outbox: reach.AskOutbox | None = None,
+    rules: Mapping[str, Any] | None = None,
 ) -> AskContext:
-    """`ask_context`; and on PostgreSQL, for a one-question ask in the common case (a live session
-    with a current turn and no identical active bundle), `insert_bundle` with the session set
-    waiting, and with `outbox` the bundle's notification outbox rows (`reach.enqueue_ask`), in the
-    same statement. `inserted` is None when it inserted nothing: the caller decides from the
-    context."""
+    """`ask_context_with_rules`; and on PostgreSQL, for a one-question ask in the common case (a live
+    session with a current turn, no identical active bundle and no rule that may decide it),
+    `insert_bundle` with the session set waiting, and with `outbox` the bundle's notification outbox
+    rows (`reach.enqueue_ask`), in the same statement. `inserted` is None when it inserted nothing:
+    the caller decides from the context."""
     if len(questions) != 1 or conn.dialect.name != "postgresql":
-        session, turn, reusable = await ask_context(conn, session_id, signature)
-        return AskContext(session, turn, reusable)
+        return await ask_context_with_rules(conn, session_id, signature, rules)
     (record,) = _bundle_records(
         session_id, "", pending_id, questions, context, signature, waiter_id, waiter_instance
     )
-    params = {**_row_values(record), "b_session": session_id, "b_signature": signature}
-    if outbox is None:
-        row = await _ASK_AND_INSERT.first(conn, params)
-    else:
-        row = await _ASK_AND_INSERT_NOTIFYING.first(conn, {**params, **outbox.params(pending_id)})
-    if row is None:
+    params = {**_row_values(record), "b_session": session_id, "b_signature": signature, **(rules or {})}
+    statement = _ASK_AND_INSERT[(outbox is not None, rules is not None)]
+    found = await statement.rows(conn, params if outbox is None else {**params, **outbox.params(pending_id)})
+    if not found:
         raise NotFound("session", session_id)
-    turn = None if row.current_turn is None else str(row.current_turn)
-    found = AskContext(rows.session(row), turn, None if row.reusable is None else str(row.reusable))
+    row = found[0]
+    context_found = _ask_context(found)
     if row.inserted is None:
-        return found
+        return context_found
     written = None if outbox is None else int(row.outbox)
-    return replace(found, inserted=[replace(record, turn_id=str(turn))], outbox_rows=written)
+    inserted = [replace(record, turn_id=str(context_found.turn_id))]
+    return replace(context_found, inserted=inserted, outbox_rows=written)
 
 
 async def attach_waiter(

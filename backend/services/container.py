@@ -16,6 +16,7 @@ from backend.services.live import LiveHub
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
 from backend.services.pending.actions import PendingActions
+from backend.services.permission_rules import PermissionRules
 from backend.services.permissions import Permissions
 from backend.services.prompt_channel import PromptChannel
 from backend.services.reach import Reach
@@ -53,6 +54,7 @@ class Services:
     waiters: WaiterHub
     pending: PendingActions
     permissions: Permissions
+    permission_rules: PermissionRules
     reach: Reach
     recovery: Recovery
     orchestrator: Orchestrator
@@ -107,6 +109,7 @@ class Services:
             pending=pending,
             # The same lifecycle, for the permission kind.
             permissions=Permissions(pending),
+            permission_rules=PermissionRules(deps),
             reach=reach,
             recovery=recovery,
             orchestrator=orchestrator,

@@ -149,9 +149,8 @@ async def test_a_remembered_allow_decides_the_next_matching_request_at_once_unti
         assert (rule.tool_name, rule.input, rule.any_input) == ("Bash", BASH, False)
         again = await ToolAgent.ask(svc, session_id)
         assert isinstance(again.first, lc.Decided)
-        assert again.first.answers == (
-            Decision("allow", BASH, auto=True, rule=RuleRef(rule.id, "Bash", False)),
-        )
+        ref = RuleRef(rule.id, "Bash", False, rule.pattern, "allow", "session", session_id)
+        assert again.first.answers == (Decision("allow", BASH, auto=True, rule=ref),)
         (stored,) = await rows(db, again.pending_id)
         assert (stored["status"], stored["response"]["auto"]) == ("answered", True)
         assert (await svc.reads.session(session_id)).state == "RUNNING"

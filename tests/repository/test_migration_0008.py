@@ -15,8 +15,8 @@ from sqlalchemy import text
 from backend.db import migrate
 from backend.db.engine import Database
 from backend.domain.permissions import ANY_INPUT, input_key
-from backend.repository import permission_rules
 from tests.repository.test_migration_0007 import _downgrade, fresh
+from tests.repository.test_migration_0011 import matching
 
 __all__ = ["fresh"]  # the fixture, shared with 0007's test
 
@@ -75,22 +75,23 @@ async def _rules(db: Database) -> dict[str, tuple[str, Any]]:
 async def test_0008_keys_exact_rules_by_value_keeps_one_of_two_alike_and_back(fresh: Database) -> None:
     await migrate.upgrade(fresh, "0007")
     await _old_rules(fresh)
-    await migrate.upgrade(fresh)
+    await migrate.upgrade(fresh, "0008")
     after = await _rules(fresh)
     assert len({"r1", "r2"} & set(after)) == 1  # 1e16 and 10**16 are one input now
     assert {"r3", "r4", "r5"} <= set(after)
     for rule_id, (key, stored) in after.items():
         assert key == (ANY_INPUT if stored is None else input_key(stored)), rule_id
+    await migrate.upgrade(fresh)  # what the rules became since (0011) matches the same way
     # The agent's next ask matches, however the input's numbers are written.
     async with fresh.engine.connect() as conn:
         for seconds in (30.0, 30):
             asked = {"t": seconds, "x": "a"}
-            rule = await permission_rules.matching(conn, "s", "Bash", asked)
+            rule = await matching(conn, "s", "Bash", asked)
             assert rule is not None, asked
             assert rule.id == "r3", asked
         for number in (1e16, 10**16):
             asked = {"n": number}
-            rule = await permission_rules.matching(conn, "s", "Bash", asked)
+            rule = await matching(conn, "s", "Bash", asked)
             assert rule is not None, asked
             assert rule.id in ("r1", "r2"), asked
     await _downgrade(fresh, "0007")

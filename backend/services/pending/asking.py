@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.states import ClarificationStatus, PendingActionKind, SessionState
 from backend.repository import claims, tasks
 from backend.repository import clarifications as repo
+from backend.repository.clarifications import AskContext
 from backend.repository.reach import AskOutbox
 from backend.services.pending.core import Core, trusted
 from backend.services.session_turn import turn_for_new_rows
@@ -60,9 +61,12 @@ class Ask:
     context: str | None
     signature: str
     wait_seconds: float
-    # What may decide the action as it is asked (a remembered rule): first in the ask's own unit of
-    # work; when it does, the ask yields only its `Decided` and waits for nobody.
-    decided: Callable[[Work], Awaitable[Decided | None]] | None = None
+    # The rules that may decide the action as it is asked, read with the ask's context
+    # (`permission_rules.candidate_params`), and what decides it from them in the ask's own unit of
+    # work (given the context when it found any); when it does, the ask yields only its `Decided` and
+    # waits for nobody.
+    rules: Mapping[str, Any] | None = None
+    decided: Callable[[Work, AskContext], Awaitable[Decided | None]] | None = None
     # Only wait again on that open bundle (`wait_again`): the ask writes no row, and yields nothing
     # when the bundle is no longer open.
     attach_to: str | None = None
@@ -200,12 +204,9 @@ class Asking:
         # that reads the context, and are written by the notifier otherwise).
         notifier = self.core.on_asked
         outbox = None if notifier is None else notifier.ask_outbox()
-        if ask.decided is not None:
-            outcome = await ask.decided(w)
-            if outcome is not None:
-                return outcome
-        # The common case (a live session with a turn, no identical bundle) may be written by the
-        # statement that reads the context; any other case is decided by the caller.
+        # The common case (a live session with a turn, no identical bundle, no rule that may decide
+        # it) may be written by the statement that reads the context; any other case is decided by
+        # the caller.
         found = await repo.ask_context_inserting(
             w.conn,
             session_id=waiter.session_id,
@@ -216,7 +217,12 @@ class Asking:
             waiter_id=waiter.waiter_id,
             waiter_instance=self.core.hub.instance_id,
             outbox=outbox,
+            rules=ask.rules,
         )
+        if found.rules and ask.decided is not None:
+            outcome = await ask.decided(w, found)
+            if outcome is not None:
+                return outcome
         return _Context(
             found.session, found.turn_id, found.reusable, found.inserted, outbox, found.outbox_rows
         )
