@@ -113,6 +113,10 @@ class Permissions:
             return None
         session = found.session
         turn_id = await turn_for_new_rows(w, session, found.turn_id, "permission requests")
+        if turn_id == found.turn_id:
+            # A request settled as it is written changes no pending action (nor, in its turn, any
+            # summary): the live projector need not read it again.
+            w.projected = True
         allowed = rule.behavior == RuleBehavior.ALLOW
         ref = rule_ref(rule)
         if allowed:
