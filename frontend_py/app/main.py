@@ -166,7 +166,11 @@ class App:
 
     def on_input(self, event: Any) -> None:
         target = event.target
-        if str(target.tagName) == "TEXTAREA":
+        if str(target.tagName) != "TEXTAREA":
+            return
+        if bool(document.getElementById("rules").contains(target)):
+            self.rules.write(target)
+        else:
             self.slot.on_input(target)
 
     def on_key(self, event: Any) -> None:

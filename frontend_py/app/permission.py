@@ -57,8 +57,9 @@ def _strict_json_error(text: str) -> str:
 
 
 class PermissionCard(Card):
-    """The draft: ``reason`` (for a deny), ``editing`` with ``edited`` (the input's text), ``any``
-    (remember any input of the tool, not only this one)."""
+    """The draft: ``reason`` (for a deny), ``editing`` with ``edited`` (the input's text), the rule
+    to remember: ``choice`` (which suggestion), ``scope``, ``confirming`` (the warning of a broad
+    rule is up)."""
 
     kind = PERMISSION
 
@@ -83,7 +84,11 @@ class PermissionCard(Card):
 
     def html(self) -> str:
         request = self.request()
-        return "" if request is None else view.card(request, self.draft, self.busy, self.error)
+        if request is None:
+            return ""
+        task = self.page.store.task(self.task_id) if self.task_id else None
+        self.draft["project"] = (task or {}).get("project")  # a project scope only where there is one
+        return view.card(request, self.draft, self.busy, self.error)
 
     def write(self, box: Any) -> None:
         test_id = attr(box, "data-testid")
@@ -109,20 +114,46 @@ class PermissionCard(Card):
         self.holder.focus("permission-edit|")
         self.page.render()
 
-    def remember_any(self, checked: bool) -> None:
-        self.draft["any"] = checked
+    def choose(self, index: int) -> None:
+        """Remember this suggestion (and ask again before one that lets any input through)."""
+        self.draft["choice"] = index
+        self.draft["confirming"] = False
         self.page.render()
+
+    def scope(self, value: str) -> None:
+        self.draft["scope"] = value
+        self.draft["confirming"] = False
+        self.page.render()
+
+    def cancel_broad(self) -> None:
+        self.draft["confirming"] = False
+        self.holder.focus("permission-suggestion-" + str(self.draft.get("choice") or 0) + "|")
+        self.page.render()
+
+    def _asks_once_more(self, request: dict[str, Any], confirmed: bool) -> bool:
+        """A rule that lets any input of the tool through is remembered only once the warning was
+        read: the first "Always allow" shows it (and takes the focus), its own button sends."""
+        picked = view.chosen(request, self.draft)
+        if confirmed or picked is None or not picked.get("broad"):
+            return False
+        self.draft["confirming"] = True
+        self.holder.focus("permission-broad-confirm|")
+        self.page.render()
+        return True
 
     def _variables(self, action: str, request: dict[str, Any]) -> dict[str, Any] | None:
         """The decision ``action`` sends; None (with the card's error set) when the edited input is
         refused before anything is sent."""
+        picked = view.chosen(request, self.draft) if action == "perm-always" else None
         variables: dict[str, Any] = {
             "pendingId": self.pending_id,
             "behavior": "DENY" if action == "perm-deny" else "ALLOW",
             "updatedInput": None,
             "message": None,
             "remember": action == "perm-always",
-            "rememberAnyInput": action == "perm-always" and bool(self.draft.get("any")),
+            "rememberAnyInput": False,
+            "rememberPattern": None if picked is None else picked.get("pattern"),
+            "rememberScope": str(self.draft.get("scope") or "SESSION") if picked is not None else "SESSION",
         }
         if action == "perm-deny":
             variables["message"] = (self.draft.get("reason") or "").strip() or None
@@ -145,11 +176,14 @@ class PermissionCard(Card):
             variables["updatedInput"] = value
         return variables
 
-    async def decide(self, action: str) -> None:
-        """Allow, deny, allow edited or always allow; the session (and its rules) are read again."""
+    async def decide(self, action: str, confirmed: bool = False) -> None:
+        """Allow, deny, allow edited or always allow (a broad rule once confirmed); the session (and
+        its rules) are read again."""
         request = self.request()
         session_id, task_id = self.session_id, self.task_id
         if request is None or session_id is None or task_id is None or self.busy:
+            return
+        if action == "perm-always" and self._asks_once_more(request, confirmed):
             return
         pending_id = self.pending_id
         variables = self._variables(action, request)

@@ -10,11 +10,11 @@ options { id label description } response { selectedOptionIds customText }"""
 
 BUNDLE_FIELDS = "pendingId sessionId taskId turnId state context questions { " + QUESTION_FIELDS + " }"
 
-DECISION_FIELDS = "behavior updatedInput message remember auto"
+DECISION_FIELDS = "behavior updatedInput message remember auto rule { pattern behavior scope }"
 
 PERMISSION_FIELDS = (
     "pendingId sessionId taskId turnId state toolName input toolUseId context agentDisconnected"
-    " decision { " + DECISION_FIELDS + " }"
+    " decision { " + DECISION_FIELDS + " } suggestions { pattern label broad warning }"
 )
 
 MESSAGE_FIELDS = "id sessionId turnId kind author content createdAt clarification { " + QUESTION_FIELDS + " }"
@@ -24,7 +24,9 @@ TURN_FIELDS = "id sessionId startedAt completedAt createdAt lifecycleOnly"
 # The boot payload: every task with its summary (the icon). Sessions are loaded per task: when it is
 # opened, or up front for a task whose summary is null (the legacy pending fallback needs them).
 TASKS = (
-    "query TaskList { tasks { id title workflowStep primarySessionId summary { " + SUMMARY_FIELDS + " } } }"
+    "query TaskList { tasks { id title workflowStep primarySessionId project summary { "
+    + SUMMARY_FIELDS
+    + " } } }"
 )
 
 # The forced, authoritative load task activation makes (named so tests can hold it back).
@@ -69,9 +71,11 @@ RESPOND = (
 
 RESPOND_PERMISSION = (
     "mutation RespondPermission($pendingId: ID!, $behavior: PermissionBehavior!, $updatedInput: JSON,"
-    " $message: String, $remember: Boolean!, $rememberAnyInput: Boolean!) {"
+    " $message: String, $remember: Boolean!, $rememberAnyInput: Boolean!, $rememberPattern: String,"
+    " $rememberScope: RuleScope!) {"
     " respondToPermission(pendingId: $pendingId, behavior: $behavior, updatedInput: $updatedInput,"
-    " message: $message, remember: $remember, rememberAnyInput: $rememberAnyInput) {"
+    " message: $message, remember: $remember, rememberAnyInput: $rememberAnyInput,"
+    " rememberPattern: $rememberPattern, rememberScope: $rememberScope) {"
     " __typename"
     " ... on PermissionResponded { resumed queued request { " + PERMISSION_FIELDS + " } }"
     " ... on ClarificationConflict { pendingId reason }"
@@ -85,7 +89,18 @@ PERMISSION = (
 
 PERMISSION_RULES = (
     "query PermissionRules($sessionId: ID!) { permissionRules(sessionId: $sessionId) {"
-    " id sessionId toolName input createdAt } }"
+    " id sessionId toolName input createdAt pattern behavior scope scopeId expiresAt decisions"
+    " lastDecidedAt } }"
+)
+
+IMPORT_RULES = (
+    "mutation ImportRules($settings: JSON!, $scope: RuleScope!, $scopeId: ID) {"
+    " importPermissionRules(settings: $settings, scope: $scope, scopeId: $scopeId) { id } }"
+)
+
+RULE_SETTINGS = (
+    "query RuleSettings($scope: RuleScope!, $scopeId: ID) {"
+    " permissionSettings(scope: $scope, scopeId: $scopeId) }"
 )
 
 REVOKE_RULE = "mutation RevokeRule($ruleId: ID!) { revokePermissionRule(ruleId: $ruleId) }"

@@ -100,7 +100,8 @@ class SessionPane:
     def _render_session(self, task_id: str, session_id: str, scroll: bool) -> None:
         page = self.page
         action, active_ids = page.store.session_pending(session_id)
-        page.set_html("rules", self.rules.html(session_id))
+        self.rules.opened(session_id)
+        self.rules.render(session_id)
         self.sync.check_permission(task_id, session_id, action)
         node = document.getElementById("transcript")
         # Follow the conversation while the reader is at its end (a card appearing shrinks the view).

@@ -115,7 +115,13 @@ class Slot(Holder):
             "skip": lambda _target: self._respond(True),
             "perm-edit": lambda _target: self._permission_card(PermissionCard.edit),
             "perm-edit-cancel": lambda _target: self._permission_card(PermissionCard.cancel_edit),
-            "perm-any": self._on_any,
+            "perm-suggest": lambda target: self._permission_card(
+                lambda card: card.choose(int(attr(target, "data-index") or 0))
+            ),
+            "perm-scope": lambda target: self._permission_card(
+                lambda card: card.scope(attr(target, "data-scope") or "SESSION")
+            ),
+            "perm-broad-cancel": lambda _target: self._permission_card(PermissionCard.cancel_broad),
             "show-card": lambda _target: self.show(),
             "hide-card": lambda _target: self.hide(),
             "dismiss-notice": lambda _target: self.dismiss(),
@@ -134,15 +140,12 @@ class Slot(Holder):
 
     def _on_decision(self, target: Any) -> None:
         if isinstance(self.card, PermissionCard):
-            spawn(self.card.decide(attr(target, "data-action") or ""))
+            confirmed = attr(target, "data-confirmed") == "true"
+            spawn(self.card.decide(attr(target, "data-action") or "", confirmed))
 
     def _permission_card(self, method: Callable[[PermissionCard], None]) -> None:
         if isinstance(self.card, PermissionCard):
             method(self.card)
-
-    def _on_any(self, target: Any) -> None:
-        if isinstance(self.card, PermissionCard):
-            self.card.remember_any(bool(target.checked))
 
     def on_input(self, box: Any) -> None:
         if self.card is not None:

@@ -26,7 +26,7 @@ from frontend_py.kit import derivation, revision
 from frontend_py.kit.timestamps import parse_timestamp
 
 _SESSION_FIELDS = ("id", "taskId", "state", "isPrimary", "inputCapable", "createdAt")
-_TASK_FIELDS = ("id", "title", "workflowStep", "primarySessionId")
+_TASK_FIELDS = ("id", "title", "workflowStep", "primarySessionId", "project")
 _LEGACY_COUNTED_STATES = ("RUNNING", "WAITING_FOR_INPUT")
 
 

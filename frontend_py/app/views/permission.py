@@ -1,4 +1,5 @@
-"""The permission card's HTML: a tool call with the person's draft, its notices and the session's rules."""
+"""The permission card's HTML: a tool call with the person's draft (and the rule to remember it by)
+and its notices."""
 
 from frontend_py.app.views import tools
 from frontend_py.app.views.parts import DISMISS, PERMISSION_ICON, card_close, card_open, esc
@@ -52,7 +53,7 @@ def card(request: dict[str, Any], draft: dict[str, Any], busy: bool, error: str 
         parts.append(_editor(draft, disabled, error_html))
         error_html = ""
     else:
-        parts.append(_input(request, tool, draft, disabled))
+        parts.append(_input(request, draft, disabled))
     parts.append(
         '<label class="perm-field" for="perm-reason">Reason, if you deny '
         '<span class="perm-hint">(optional; the agent sees it)</span></label>'
@@ -80,24 +81,119 @@ def _editor(draft: dict[str, Any], disabled: str, error_html: str) -> str:
     )
 
 
-def _input(request: dict[str, Any], tool: str, draft: dict[str, Any], disabled: str) -> str:
-    """The input as asked, with Edit and the "always allow" choice."""
+def _input(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> str:
+    """The input as asked, with Edit and the rule to remember it by."""
     return (
         '<div class="perm-input-head"><span class="perm-label" id="perm-input-label">Input</span>'
         '<button type="button" class="btn ghost small" data-action="perm-edit" '
         'data-testid="permission-edit"' + disabled + ">Edit, then allow</button></div>"
         '<div class="perm-input" role="group" aria-labelledby="perm-input-label" '
-        'data-testid="permission-input">' + tools.html(request.get("input")) + "</div>"
-        '<div class="perm-always">'
-        '<button type="button" class="btn ghost" data-action="perm-always" '
-        'data-testid="permission-always"' + disabled + ">Always allow this in this session</button>"
-        '<label class="perm-any"><input type="checkbox" data-action="perm-any" '
-        'data-testid="permission-always-any"'
-        + (" checked" if draft.get("any") else "")
-        + disabled
-        + "><span>For any input of <code>"
+        'data-testid="permission-input">'
+        + tools.html(request.get("input"))
+        + "</div>"
+        + remember(request, draft, disabled)
+    )
+
+
+# Where a remembered rule applies, as the card offers it (a project only for a task that has one).
+SCOPES = (("SESSION", "This session"), ("TASK", "This task"), ("PROJECT", "This project"))
+
+
+def chosen(request: dict[str, Any], draft: dict[str, Any]) -> dict[str, Any] | None:
+    """The suggestion the person chose to remember (the narrowest, until they choose another)."""
+    suggestions = request.get("suggestions") or []
+    index = int(draft.get("choice") or 0)
+    return suggestions[index] if 0 <= index < len(suggestions) else None
+
+
+def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> str:
+    """ "Always allow": the rules this request suggests (this exact call, the command's prefix, the
+    file's folder, the tool), where it applies, and for a rule that lets any input of a tool through,
+    the warning that asks once more."""
+    suggestions = request.get("suggestions") or []
+    choice = int(draft.get("choice") or 0)
+    scope = str(draft.get("scope") or "SESSION")
+    options = []
+    for index, suggestion in enumerate(suggestions):
+        options.append(
+            '<button type="button" class="perm-choice" data-action="perm-suggest" data-index="'
+            + str(index)
+            + '" data-testid="permission-suggestion-'
+            + str(index)
+            + '" data-pattern="'
+            + esc(suggestion.get("pattern"))
+            + '" aria-pressed="'
+            + ("true" if index == choice else "false")
+            + '"'
+            + disabled
+            + '><code class="perm-pattern">'
+            + esc(suggestion.get("pattern"))
+            + '</code><span class="perm-choice-label">'
+            + esc(suggestion.get("label"))
+            + "</span>"
+            + ('<span class="perm-broad">any input</span>' if suggestion.get("broad") else "")
+            + "</button>"
+        )
+    scopes = []
+    for value, label in SCOPES:
+        if value == "PROJECT" and not draft.get("project"):
+            continue
+        scopes.append(
+            '<button type="button" class="perm-scope" data-action="perm-scope" data-scope="'
+            + value
+            + '" data-testid="permission-scope-'
+            + value.lower()
+            + '" aria-pressed="'
+            + ("true" if value == scope else "false")
+            + '"'
+            + disabled
+            + ">"
+            + label
+            + "</button>"
+        )
+    picked = chosen(request, draft)
+    where = dict(SCOPES).get(scope, "This session").lower()
+    if picked is not None and picked.get("broad") and draft.get("confirming"):
+        action = _broad_warning(request, picked, where, disabled)
+    else:
+        action = (
+            '<button type="button" class="btn ghost" data-action="perm-always" '
+            'data-testid="permission-always"' + disabled + ">Always allow in " + esc(where) + "</button>"
+        )
+    return (
+        '<div class="perm-always" data-testid="permission-remember">'
+        '<p class="perm-label" id="perm-rules-label">Always allow</p>'
+        + (
+            '<div class="perm-choices" role="group" aria-labelledby="perm-rules-label" '
+            'data-testid="permission-suggestions">' + "".join(options) + "</div>"
+            if options
+            else ""
+        )
+        + '<div class="perm-scopes" role="group" aria-labelledby="perm-scopes-label" '
+        'data-testid="permission-scopes"><span class="perm-hint" id="perm-scopes-label">Where:</span>'
+        + "".join(scopes)
+        + "</div>"
+        + action
+        + "</div>"
+    )
+
+
+def _broad_warning(request: dict[str, Any], picked: dict[str, Any], where: str, disabled: str) -> str:
+    """Asked once more before a rule that lets any input of a tool through is remembered."""
+    tool = str(request.get("toolName") or "")
+    return (
+        '<div class="perm-warning" role="alert" data-testid="permission-broad-warning">'
+        "<p><strong>Allow any input of "
         + esc(tool)
-        + "</code>, not only this one</span></label></div>"
+        + " in "
+        + esc(where)
+        + "?</strong> "
+        + esc(picked.get("warning") or "Every call of this tool will run without asking.")
+        + '</p><div class="perm-warning-actions">'
+        '<button type="button" class="btn ghost" data-action="perm-broad-cancel" '
+        'data-testid="permission-broad-cancel"' + disabled + ">Back</button>"
+        '<button type="button" class="btn danger" data-action="perm-always" data-confirmed="true" '
+        'data-testid="permission-broad-confirm"' + disabled + ">Allow any input</button></div></div>"
     )
 
 
@@ -135,7 +231,7 @@ def _decision_text(request: dict[str, Any] | None) -> str:
     if behavior == "ALLOW":
         text = "Allowed"
         if decision.get("auto"):
-            text += " by a rule of this session"
+            text += " by " + rule_named(decision.get("rule"))
         elif decision.get("remember"):
             text += " and remembered for this session"
         if decision.get("updatedInput") is not None and decision.get("updatedInput") != (request or {}).get(
@@ -144,9 +240,26 @@ def _decision_text(request: dict[str, Any] | None) -> str:
             text += ", with an edited input"
         return text + "."
     if behavior == "DENY":
+        if decision.get("auto"):
+            return "Denied by " + rule_named(decision.get("rule")) + "."
         message = decision.get("message")
         return "Denied" + (": “" + str(message) + "”" if message else ".")
     return ""
+
+
+SCOPE_NAMES = {
+    "SESSION": "this session",
+    "TASK": "this task",
+    "PROJECT": "this project",
+    "GLOBAL": "everywhere",
+}
+
+
+def rule_named(rule: dict[str, Any] | None) -> str:
+    """A rule as a decision names it: "the rule Bash(npm test:*) of this task"."""
+    if not rule or not rule.get("pattern"):
+        return "a rule of this session"
+    return "the rule " + str(rule["pattern"]) + " (" + SCOPE_NAMES.get(str(rule.get("scope")), "") + ")"
 
 
 def notice(reason: str | None, request: dict[str, Any] | None) -> str:
@@ -176,40 +289,4 @@ def notice(reason: str | None, request: dict[str, Any] | None) -> str:
         )
         + DISMISS
         + "</div>"
-    )
-
-
-def rules(held: list[dict[str, Any]], busy: str | None) -> str:
-    """The session's remembered rules ("Allowed in this session"), each with its Revoke button."""
-    if not held:
-        return ""
-    items = []
-    for rule in held:
-        rule_id = str(rule.get("id") or "")
-        value = rule.get("input")
-        scope = "any input" if value is None else tools.input_summary(value)
-        items.append(
-            '<li class="rule" data-testid="permission-rule-'
-            + esc(rule_id)
-            + '"><code class="perm-name">'
-            + esc(rule.get("toolName"))
-            + '</code><span class="rule-input" title="'
-            + esc(scope)
-            + '">'
-            + esc(scope)
-            + '</span><button type="button" class="btn ghost small" data-action="perm-revoke" '
-            'data-rule-id="'
-            + esc(rule_id)
-            + '" data-testid="permission-rule-revoke" aria-label="Revoke: '
-            + esc(rule.get("toolName"))
-            + ", "
-            + esc(scope)
-            + '"'
-            + (" disabled" if busy == rule_id else "")
-            + ">Revoke</button></li>"
-        )
-    return (
-        '<section class="rules" data-testid="permission-rules" aria-labelledby="rules-title">'
-        '<h2 id="rules-title" class="rules-title">Allowed in this session</h2>'
-        '<ul class="rule-list">' + "".join(items) + "</ul></section>"
     )
