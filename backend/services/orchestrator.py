@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -39,6 +38,7 @@ from backend.domain.lifecycle import Claim
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.executors.base import DispatchOutcome, DispatchResult, Executor, PromptRequest
+from backend.lru import LRU
 from backend.repository import claims, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
@@ -123,25 +123,6 @@ class _Dispatch:
         }
 
 
-class RecentTurns:
-    """The newest `limit` turn ids, oldest forgotten first."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, turn_id: str) -> None:
-        self._ids[turn_id] = None
-        while len(self._ids) > self.limit:
-            self._ids.popitem(last=False)
-
-    def __contains__(self, turn_id: object) -> bool:
-        return turn_id in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-
 @dataclass(frozen=True, slots=True)
 class TurnSnapshot:
     """Turn authority observed before a pause: a specific turn, or explicitly none."""
@@ -170,7 +151,8 @@ class Orchestrator:
         # the outbox move both make it refuse): an in-process rollback fails closed for them.
         self._accepted: set[str] = set()
         # Turns this process reserved: their events are the orchestrator's own, not agent activity.
-        self.own_turns = RecentTurns(OWN_TURNS_KEPT)
+        # The newest turn ids this process dispatched (`in` does not refresh one).
+        self.own_turns: LRU[str, None] = LRU(OWN_TURNS_KEPT)
         self._background: set[asyncio.Task[Any]] = set()
 
     @property
@@ -365,7 +347,7 @@ class Orchestrator:
                 claim_id=d.claim_id,
                 origin=d.origin.value,
             )
-            self.own_turns.add(d.turn_id)
+            self.own_turns.put(d.turn_id, None)
         return resume_prompt(rows, claim.answers)
 
     async def _mark_attempted(self, session_id: str, turn_id: str) -> None:
