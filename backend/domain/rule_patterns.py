@@ -30,7 +30,8 @@ A rule is `Tool` (any input of that tool) or `Tool(specifier)`:
 
 Inside the parentheses a backslash escapes the next `\\`, `(` or `)` (Claude Code writes rules so);
 a `\\` before anything else stays as written. In a `Bash` specifier, `\\*` is a literal asterisk
-and `\\\\` a literal backslash: `Bash(ls \\*.py)` is the exact command `ls *.py`. A canonical
+and `\\\\` a literal backslash: `Bash(ls \\*.py)` is the exact command `ls *.py`;
+a leading `\\=` is a literal `=` (an exact command starting with one). A canonical
 rule (`RulePattern.text`) escapes only what would otherwise be read differently.
 
 Our extension, for the rules remembered before these patterns existed: `Tool(=<json>)` matches
@@ -205,7 +206,8 @@ def _bare(raw: str, tool: str) -> RulePattern:
     return RulePattern(tool, None, PatternKind.ANY)
 
 
-def _with_specifier(raw: str, tool: str, content: str) -> RulePattern:
+def _with_specifier(raw: str, tool: str, written: str) -> RulePattern:
+    content = written.strip()
     if content.startswith("="):
         try:
             value = json.loads(content[1:])
@@ -213,10 +215,9 @@ def _with_specifier(raw: str, tool: str, content: str) -> RulePattern:
         except ValueError as exc:
             raise PatternError(f"{raw!r}: what follows '=' is not JSON ({exc})") from None
         return RulePattern(tool, "=" + key, PatternKind.EXACT_INPUT, key=key)
-    content = content.strip()
     if tool.startswith("mcp__"):
         raise PatternError(f"{raw!r}: an MCP rule takes no specifier (write {tool} for any input)")
-    if content.startswith("domain:") and tool != "WebFetch":
+    if content.startswith("domain:") and tool not in ("WebFetch", "Bash"):  # a command may start so
         raise PatternError(f"{raw!r}: 'domain:' belongs to WebFetch rules only")
     if tool == "WebFetch":
         spec, host, regex = host_spec(raw, content)
@@ -229,8 +230,8 @@ def _with_specifier(raw: str, tool: str, content: str) -> RulePattern:
             return RulePattern(tool, content, PatternKind.COMMAND, key=command)
         return RulePattern(tool, content, PatternKind.COMMAND_PATTERN, regex=regex or "")
     if tool in PATH_RULE_TOOLS:
-        root, regex = path_spec(raw, content)
-        return RulePattern(tool, content, PatternKind.PATH, regex=regex, root=root)
+        path, root, regex = path_spec(raw, written)
+        return RulePattern(tool, path, PatternKind.PATH, regex=regex, root=root)
     raise PatternError(
         f"{raw!r}: {tool} takes no specifier this matcher knows; write {tool} for any input"
         f" or {tool}(=<input as JSON>) for one exact input"
@@ -513,9 +514,8 @@ def command_prefix(command: str) -> str | None:
             words.append(token)
     except ValueError:  # an unbalanced quote: nothing to suggest a prefix of
         return None
-    written = command.split()
-    while words and written[: len(words)] != words:  # a word quoted or glued to an operator
-        words.pop()
+    while words and re.match(re.escape(" ".join(words)) + r"(?:[ \t]|$|[;|\n]|&(?!>))", command) is None:
+        words.pop()  # a word quoted, escaped or glued to the next: the rule would not match it
     if len(words) == 2 and (words[1].startswith(("-", ".", "~")) or "/" in words[1]):
         words.pop()
     return " ".join(words) or None
