@@ -47,7 +47,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from backend.domain.rule_specifiers import (
@@ -164,9 +164,15 @@ class RulePattern:
 
 
 def parse_pattern(text: str) -> RulePattern:
-    """The rule `text` means, or PatternError naming what is wrong with it."""
+    """The rule `text` means, or PatternError naming what is wrong with it. Rules are read once:
+    a scope's rules, compiled again, cost only their regexes."""
     if not isinstance(text, str):
         raise PatternError(f"a rule is text, not {type(text).__name__}")
+    return _parse(text)
+
+
+@lru_cache(maxsize=8192)
+def _parse(text: str) -> RulePattern:
     raw = text.strip()
     if not raw:
         raise PatternError("the rule is empty")

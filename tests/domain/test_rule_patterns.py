@@ -494,6 +494,7 @@ PARSE_ERRORS: list[tuple[Any, str]] = [
     ("Bash[ls]", "not a tool name"),
     ("Bash (ls)", "not a tool name"),
     (42, "a rule is text"),
+    (["Bash"], "a rule is text"),
 ]
 
 
