@@ -470,10 +470,21 @@ def suggest_rules(
 ) -> list[Suggestion]:
     """The rules a person likely means, narrowest first: this exact call; the command's prefix
     (`Bash`) or the file's folder (path tools) or the host (`WebFetch`) or the server (MCP);
-    the bare tool, `broad` with a warning for the tools whose any input lets anything through."""
+    the bare tool, `broad` with a warning for the tools whose any input lets anything through.
+    Nothing for a tool whose name no rule can hold."""
+    try:
+        return _suggestions(tool_name, tool_input, project, home)
+    except PatternError:
+        return []
+
+
+def _suggestions(
+    tool_name: str, tool_input: Mapping[str, Any], project: str | None, home: str | None
+) -> list[Suggestion]:
     out: list[Suggestion] = []
-    if tool_name == "Bash" and isinstance(tool_input.get("command"), str):
-        out += _command_suggestions(tool_input["command"])
+    command = tool_input.get("command")
+    if tool_name == "Bash" and isinstance(command, str) and command.strip():
+        out += _command_suggestions(command)
     elif tool_name in PATH_TOOLS and CallSubjects(tool_name, tool_input, project, home).paths:
         out += _path_suggestions(tool_name, CallSubjects(tool_name, tool_input, project, home))
     else:

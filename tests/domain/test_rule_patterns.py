@@ -747,3 +747,9 @@ def test_the_exact_input_form_compares_the_json_permission_requests_store() -> N
 def test_a_tool_name_no_rule_can_hold_is_refused_for_carry_over() -> None:
     with pytest.raises(PatternError, match="not a tool name"):
         legacy_pattern("my tool", {}, True)
+
+
+def test_a_call_no_rule_can_name_gets_the_suggestions_that_fit() -> None:
+    assert suggest_rules("my tool", {}) == []
+    empty = suggest_rules("Bash", bash("  "))
+    assert [s.pattern.text for s in empty] == ['Bash(={"command":"  "})', "Bash"]
