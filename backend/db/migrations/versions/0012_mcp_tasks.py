@@ -2,7 +2,7 @@
 (and a restarted one) answers `tasks/get`, `tasks/result`, `tasks/list` and `tasks/cancel`
 
 Revision ID: 0012
-Revises: 0009
+Revises: 0010
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0012"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
