@@ -9,6 +9,11 @@ LOCK := requirements.lock
 RUN_STAMP := $(VENV)/.installed-run-$(shell cat pyproject.toml $(wildcard $(RUN_LOCK)) | sha1sum | cut -c1-12)
 STAMP := $(VENV)/.installed-dev-$(shell cat pyproject.toml $(wildcard $(LOCK)) | sha1sum | cut -c1-12)
 UV := uv==0.13.8
+# The 1.x MCP client the MCP task tests drive the 2025-11-25 tasks API with (tests/mcp_client_v1): a venv
+# of its own, as the service runs the 2.x SDK.
+MCP1 := tests/mcp_client_v1/.venv
+MCP1_LOCK := tests/mcp_client_v1/requirements.lock
+MCP1_STAMP := $(MCP1)/.installed-$(shell cat $(wildcard $(MCP1_LOCK)) | sha1sum | cut -c1-12)
 PYTEST_ARGS ?=
 # Test processes (pytest-xdist): each has its own databases, servers and browser, and a test file
 # runs whole in one of them. 1 runs the suite in this process alone.
@@ -21,7 +26,7 @@ XDIST = $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile
 # the kit, reach, the bus) runs once, on the fast path.
 DB_SUITES := tests/repository tests/lifecycle tests/resume tests/api tests/dbfaults
 
-.PHONY: install install-run lock assets test-assets browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
+.PHONY: install install-run lock assets test-assets mcp-client-v1 browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
 
 # Exact versions come from the hashed locks; the project itself adds none. `pip check` fails when
 # pyproject.toml names a dependency the lock lacks: run `make lock`. The full lock holds the run
@@ -56,6 +61,8 @@ lock:
 		--generate-hashes --custom-compile-command 'make lock' --quiet -o $(RUN_LOCK)
 	$(BIN)/uv pip compile pyproject.toml --extra bench -c $(LOCK) --universal --python-version 3.11 \
 		--generate-hashes --custom-compile-command 'make lock' --quiet -o requirements-bench.lock
+	$(BIN)/uv pip compile tests/mcp_client_v1/requirements.in --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command 'make lock' --quiet -o $(MCP1_LOCK)
 
 # What the web app serves (frontend_py/web/vendor/); test-assets adds the browser tests' and the
 # GraphQL-over-HTTP audit's npm packages and the MCP conformance suite.
@@ -64,6 +71,14 @@ assets:
 
 test-assets:
 	bash scripts/install-assets.sh --tests
+
+$(MCP1_STAMP): $(MCP1_LOCK)
+	test -x $(MCP1)/bin/python || $(PY) -m venv $(MCP1)
+	$(MCP1)/bin/pip install -q --disable-pip-version-check --require-hashes -r $(MCP1_LOCK)
+	$(MCP1)/bin/pip check
+	rm -f $(MCP1)/.installed-* && touch $@
+
+mcp-client-v1: $(MCP1_STAMP)
 
 browser:
 	bash scripts/ensure-apt.sh /usr/bin/chromium chromium
@@ -90,11 +105,11 @@ fmt: install
 schema: install-run
 	$(BIN)/turnwise export-schema --output schema.graphql
 
-test: install test-assets browser pgbouncer lint
+test: install test-assets mcp-client-v1 browser pgbouncer lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(PYTEST_ARGS)
 	TURNWISE_DB_FAST_PATH=0 $(BIN)/python -m pytest -q -p no:cacheprovider $(XDIST) $(DB_SUITES) $(PYTEST_ARGS)
 
-test-fast: install
+test-fast: install mcp-client-v1
 	$(BIN)/python -m pytest -q -x -m "not browser" $(PYTEST_ARGS)
 
 # Scenario -> tests matrix from the `scenario` markers; fails while a scenario has no test.
@@ -108,4 +123,4 @@ bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build test-results .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MCP1) build test-results .pytest_cache .mypy_cache .ruff_cache

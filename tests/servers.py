@@ -30,8 +30,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def fresh_database(dialect: str) -> str:
-    """A new, migrated, empty database of the dialect; dropped with the process that uses it."""
+def fresh_database(dialect: str, *, migrated: bool = True) -> str:
+    """A new, empty database of the dialect, migrated by this checkout's code unless `migrated` is
+    False (a server of another checkout then migrates it itself); dropped with its process."""
     if dialect == "sqlite":
         path = Path(tempfile.mkdtemp(prefix="turnwise-srv-")) / "turnwise.db"
         url = f"sqlite+aiosqlite:///{path}"
@@ -39,7 +40,8 @@ def fresh_database(dialect: str) -> str:
         name = f"turnwise_srv_{uuid.uuid4().hex[:12]}"
         asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
         url = make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
-    asyncio.run(_migrate(url))
+    if migrated:
+        asyncio.run(_migrate(url))
     return url
 
 

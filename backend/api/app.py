@@ -105,13 +105,7 @@ def tune_collector() -> None:
     gc.set_threshold(50_000, 50, 100)
 
 
-def create_app(
-    settings: Settings,
-    *,
-    auto_migrate: bool = True,
-    after_start: Callable[[Services], Awaitable[None]] | None = None,
-) -> Starlette:
-    """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
+def _storage(settings: Settings) -> tuple[Database, EventBus]:
     db = Database(
         settings.database_url,
         pool_size=settings.db_pool_size,
@@ -128,9 +122,19 @@ def create_app(
         publish_seconds=settings.bus_publish_seconds,
         namespace=settings.bus_namespace,
     )
-    services = Services.build(Deps(db=db, bus=bus, settings=settings))
-    runtime = Runtime(settings=settings, services=services)
-    faults.configure(settings.fault_points)
+    return db, bus
+
+
+def _lifespan(
+    runtime: Runtime,
+    mcp: McpEndpoint,
+    *,
+    auto_migrate: bool,
+    after_start: Callable[[Services], Awaitable[None]] | None,
+) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    """Startup (migrate, epoch, the startup sequence, MCP) and shutdown in reverse."""
+    services, settings = runtime.services, runtime.settings
+    db, bus = services.deps.db, services.deps.bus
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -174,6 +178,13 @@ def create_app(
             await bus.disconnect()
             await db.dispose()
 
+    return lifespan
+
+
+def _probes(runtime: Runtime) -> list[Route]:
+    """`/healthz` (the process answers), `/readyz` (it can serve) and `/metrics`."""
+    db, bus = runtime.services.deps.db, runtime.services.deps.bus
+
     async def healthz(_: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -195,7 +206,7 @@ def create_app(
             {
                 "status": "ready",
                 "epoch": runtime.epoch,
-                "instance": services.deps.instance_id,
+                "instance": runtime.services.deps.instance_id,
                 "bus": bus.status(),
             }
         )
@@ -204,9 +215,10 @@ def create_app(
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
-    token = settings.bootstrap_token
-    authenticator = Authenticator(token.get_secret_value() if token else None, services.access)
-    mcp = McpEndpoint(services, authenticator)
+    return [Route("/healthz", healthz), Route("/readyz", readyz), Route("/metrics", metrics_page)]
+
+
+def _graphql_view(settings: Settings, services: Services, authenticator: Authenticator) -> GraphQLView:
     view = GraphQLView(
         services,
         authenticator,
@@ -223,18 +235,34 @@ def create_app(
     )
     if settings.ws_adapter:
         strawberry_adapter.use_in(view)
+    return view
+
+
+def create_app(
+    settings: Settings,
+    *,
+    auto_migrate: bool = True,
+    after_start: Callable[[Services], Awaitable[None]] | None = None,
+) -> Starlette:
+    """The app; `after_start` runs as the last startup step, before readiness (the demo's seed)."""
+    db, bus = _storage(settings)
+    services = Services.build(Deps(db=db, bus=bus, settings=settings))
+    runtime = Runtime(settings=settings, services=services)
+    faults.configure(settings.fault_points)
+    token = settings.bootstrap_token
+    authenticator = Authenticator(token.get_secret_value() if token else None, services.access)
+    mcp = McpEndpoint(services, authenticator)
+    view = _graphql_view(settings, services, authenticator)
     graphql_websocket = GuardedWebSockets(view.websocket, mcp.browsers)
     app = TurnwiseApp(
         routes=[
-            Route("/healthz", healthz),
-            Route("/readyz", readyz),
-            Route("/metrics", metrics_page),
+            *_probes(runtime),
             Route(GRAPHQL_PATH, view, methods=["GET", "POST"]),
             WebSocketRoute(GRAPHQL_PATH, graphql_websocket),
             Route("/mcp", mcp),
             *web_routes(),
         ],
-        lifespan=lifespan,
+        lifespan=_lifespan(runtime, mcp, auto_migrate=auto_migrate, after_start=after_start),
         middleware=[Middleware(metrics.RequestMetrics)],
         graphql_websocket=graphql_websocket,
     )

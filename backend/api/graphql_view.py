@@ -23,6 +23,7 @@ from backend.api.auth import Authenticator, bearer_from_header, bearer_from_para
 from backend.api.context import Context
 from backend.db.health import is_outage
 from backend.domain.errors import TurnwiseError, Unavailable
+from backend.lru import LRU
 from backend.services.container import Services
 
 GRAPHQL_RESPONSE_JSON = "application/graphql-response+json"
@@ -32,26 +33,20 @@ JSON = "application/json"
 _SERVER_ERROR_STATUS = {"UNAVAILABLE": 503, "INTERNAL": 500}
 
 
-class _Texts:
-    """Document texts by themselves, so equal texts are one string; the oldest forgotten first."""
-
-    def __init__(self, bound: int) -> None:
-        self.bound = bound
-        self._texts: dict[str, str] = {}
-
-    def get(self, text: str, default: str) -> str:
-        known = self._texts.get(text)
-        if known is None:
-            if len(text) > _DOCUMENT_TEXT_BOUND:
-                return default
-            if len(self._texts) >= self.bound:
-                del self._texts[next(iter(self._texts))]
-            known = self._texts[text] = text
-        return known
-
-
 _DOCUMENT_TEXT_BOUND = 16_000
-_DOCUMENTS = _Texts(256)
+# Document texts by themselves, so equal texts are one string (a cache keyed by text then compares
+# them by identity first).
+_DOCUMENTS: LRU[str, str] = LRU(256)
+
+
+def _interned(text: str) -> str:
+    known = _DOCUMENTS.get(text)
+    if known is None:
+        if len(text) > _DOCUMENT_TEXT_BOUND:
+            return text
+        _DOCUMENTS.put(text, text)
+        known = text
+    return known
 
 
 def response_media_type(accept: str | None) -> str | None:
@@ -242,7 +237,7 @@ class GraphQLView(GraphQL[Context, None]):
             # subscriptions of one document hold one text.
             payload = message.get("payload")
             if type(payload) is dict and type(query := payload.get("query")) is str:
-                payload["query"] = _DOCUMENTS.get(query, query)
+                payload["query"] = _interned(query)
         return message
 
     def encode_json(self, data: object) -> str:

@@ -8,12 +8,13 @@ WebSocket), over both the document's string literals and the variables.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 from graphql import DocumentNode, GraphQLError, StringValueNode, visit
 from graphql.language import ArgumentNode, Visitor
 from strawberry.types import ExecutionContext
+
+from backend.lru import LRU
 
 PROBLEM = "text must not contain NUL characters or unpaired surrogates"
 
@@ -104,20 +105,18 @@ class _Literals(Visitor):
 
 # Literals are fixed by the document's text: checked once per text (as many as the parser cache keeps).
 _CHECKED_TEXTS = 128
-_literals_of: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+_literals_of: LRU[str, tuple[str, ...]] = LRU(_CHECKED_TEXTS)
 
 
 def _literal_problems(text: str, document: DocumentNode) -> tuple[str, ...]:
-    if text and text in _literals_of:
-        _literals_of.move_to_end(text)
-        return _literals_of[text]
+    known = _literals_of.get(text) if text else None
+    if known is not None:
+        return known
     literals = _Literals()
     visit(document, literals)
     found = tuple(literals.bad)
     if text:
-        _literals_of[text] = found
-        if len(_literals_of) > _CHECKED_TEXTS:
-            _literals_of.popitem(last=False)
+        _literals_of.put(text, found)
     return found
 
 

@@ -26,8 +26,9 @@ from importlib import metadata
 from typing import Any, Protocol
 
 from mcp import types
-from mcp.server.lowlevel import Server
+from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
@@ -37,7 +38,14 @@ from backend.api.auth import Authenticator, Principal, bearer_from_header
 from backend.api.browsers import BrowserRule, headers_of
 from backend.api.hygiene import PROBLEM
 from backend.api.mcp_approvals import Approvals, approve_tool
-from backend.api.mcp_arguments import ToolArguments, in_tool_words, storable_paths, timeout_arg
+from backend.api.mcp_arguments import (
+    ToolArguments,
+    in_tool_words,
+    storable_paths,
+    timeout_arg,
+    tool_execution,
+)
+from backend.api.mcp_tasks import TASKS_EXTENSION, McpTaskEndpoint, TaskServer
 from backend.db.health import is_outage
 from backend.domain import lifecycle as lc
 from backend.domain.errors import (
@@ -115,7 +123,8 @@ def tools(max_wait_seconds: float) -> list[types.Tool]:
                 "They may also write their own answer or skip. If no answer comes in time the question "
                 "stays open (status 'detached'): carry on if you can and call wait_for_answer later."
             ),
-            inputSchema={
+            execution=tool_execution(),
+            input_schema={
                 "type": "object",
                 "properties": {
                     "questions": {
@@ -146,7 +155,7 @@ def tools(max_wait_seconds: float) -> list[types.Tool]:
                 "a tool call asked with approve_tool_use (by its pending_id): returns a late answer at "
                 "once (only once), or waits again while the question or request is open."
             ),
-            inputSchema={
+            input_schema={
                 "type": "object",
                 "properties": {"pending_id": {"type": "string"}, "timeout_seconds": timeout},
                 "required": ["pending_id"],
@@ -235,12 +244,12 @@ def result(status: str, pending_id: str, answers: Sequence[dict[str, Any]] = ())
         text = text + "\n" + "\n".join(lines)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
-        structuredContent={"status": status, "pending_id": pending_id, "answers": public},
+        structured_content={"status": status, "pending_id": pending_id, "answers": public},
     )
 
 
 def error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], isError=True)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
 
 
 def turnwise_version() -> str:
@@ -277,14 +286,13 @@ class McpEndpoint:
         self.tools = tools(settings.max_wait_seconds)
         self.approvals = Approvals(services, session_for=self._session_for)
         self.arguments = ToolArguments(self.tools)
-        self.server: Server[Any, Any] = Server("turnwise", version=turnwise_version())
-        self.server.list_tools()(self._list_tools)  # type: ignore[no-untyped-call]
-        # `ToolArguments` checks the same schemas, its refusals naming fields as the agent spelled them.
-        self.server.call_tool(validate_input=False)(self._call_tool)
-        # An unknown tool is a request the server cannot serve at all: the protocol's error where the
-        # adapter may give it (`backend/api/mcp_adapter.py`), else a tool error (`_call_tool`).
-        if settings.mcp_adapter:
-            mcp_adapter.refuse_unknown_tools(self.server, TOOL_NAMES)
+        self.server = TaskServer("turnwise", version=turnwise_version(), on_list_tools=self._list_tools)
+        # `ToolArguments` checks the tools' schemas, its refusals naming fields as the agent spelled them.
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        # Long waits as MCP tasks: a task-augmented call of either era, and the tasks/* methods.
+        self.tasks = McpTaskEndpoint(self)
+        self.tasks.register(self.server)
+        self.server.extensions = {TASKS_EXTENSION: {}}
         self.session_manager = StreamableHTTPSessionManager(app=self.server, stateless=True)
         self._stop = asyncio.Event()
         self._running: asyncio.Task[None] | None = None
@@ -343,21 +351,40 @@ class McpEndpoint:
         scope[PRINCIPAL_KEY] = principal
         await self.session_manager.handle_request(scope, receive, send)
 
-    async def _list_tools(self) -> list[types.Tool]:
-        return self.tools
+    async def _list_tools(
+        self, _ctx: ServerRequestContext[Any, Any], _params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools)
 
-    def _principal(self) -> Principal:
-        request = self.server.request_context.request
-        principal = None if request is None else request.scope.get(PRINCIPAL_KEY)
+    def principal(self, ctx: ServerRequestContext[Any, Any]) -> Principal:
+        request = ctx.request
+        scope = getattr(request, "scope", None)
+        principal = scope.get(PRINCIPAL_KEY) if isinstance(scope, dict) else None
         if not isinstance(principal, Principal):
             raise Unauthenticated("missing bearer token")
         return principal
 
-    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | dict[str, Any]:
+        name, arguments = params.name, dict(params.arguments or {})
         if name not in TOOL_NAMES:
-            return error(mcp_adapter.unknown_tool(name, TOOL_NAMES))
+            message = mcp_adapter.unknown_tool(name, TOOL_NAMES)
+            if self.services.deps.settings.mcp_adapter:
+                # A request the server cannot serve at all: the protocol's error, not a failed tool's.
+                raise MCPError(code=types.INVALID_PARAMS, message=message)
+            return error(message)
         try:
-            principal = self._principal()
+            principal = self.principal(ctx)
+        except Unauthenticated as exc:
+            return error(str(exc))
+        if self.tasks.wanted(ctx, name):
+            return await self.tasks.start(ctx, principal, name, arguments, None)
+        return await self.call(principal, name, arguments)
+
+    async def call(self, principal: Principal, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        """A known tool's plain call: its result, or a tool error (`isError`) naming what was refused."""
+        try:
             bad = storable_paths(arguments, "")
             if bad:
                 raise InvalidInput(bad[0], PROBLEM)

@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp import types
 
-from backend.api.mcp_arguments import in_tool_words, timeout_arg
+from backend.api.mcp_arguments import in_tool_words, timeout_arg, tool_execution
 from backend.domain import lifecycle as lc
 from backend.domain.errors import BrokenInvariant
 from backend.domain.lifecycle import Bundle, BundleState
@@ -36,7 +36,8 @@ def approve_tool(timeout_schema: dict[str, Any]) -> types.Tool:
             '{"behavior": "deny", "message": "..."}. With no decision in time it denies for now and '
             "the request stays open; call wait_for_answer with its pending_id later."
         ),
-        inputSchema={
+        execution=tool_execution(),
+        input_schema={
             "type": "object",
             "properties": {
                 "tool_name": {"type": "string", "description": "The tool you want to run."},
@@ -85,7 +86,7 @@ def decided_result(pending_id: str, decision: Decision) -> types.CallToolResult:
         structured["auto"] = True
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(verdict, ensure_ascii=False))],
-        structuredContent=structured,
+        structured_content=structured,
     )
 
 
@@ -93,7 +94,7 @@ def deny_result(pending_id: str, status: str, message: str) -> types.CallToolRes
     verdict = {"behavior": DENY, "message": message}
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(verdict, ensure_ascii=False))],
-        structuredContent={"status": status, "pending_id": pending_id, **verdict},
+        structured_content={"status": status, "pending_id": pending_id, **verdict},
     )
 
 
@@ -101,7 +102,7 @@ def delivered_result(pending_id: str) -> types.CallToolResult:
     """An ALLOW reaches the agent once: asked again, it is not repeated (nor turned into a deny)."""
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=DELIVERED)],
-        structuredContent={"status": "delivered", "pending_id": pending_id},
+        structured_content={"status": "delivered", "pending_id": pending_id},
     )
 
 

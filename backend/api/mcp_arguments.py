@@ -141,14 +141,20 @@ class ToolArguments:
     def __init__(self, tools: Iterable[types.Tool]) -> None:
         self._validators: dict[str, Validator] = {}
         for tool in tools:
-            cls = validator_for(tool.inputSchema, default=Draft202012Validator)
-            cls.check_schema(tool.inputSchema)
-            self._validators[tool.name] = cls(tool.inputSchema)
+            cls = validator_for(tool.input_schema, default=Draft202012Validator)
+            cls.check_schema(tool.input_schema)
+            self._validators[tool.name] = cls(tool.input_schema)
 
     def check(self, tool: str, arguments: dict[str, Any]) -> None:
         errors = sorted(self._validators[tool].iter_errors(arguments), key=_order)
         if errors:
             raise InvalidInput(*_reason(errors[0], tool))
+
+
+def tool_execution() -> types.ToolExecution:
+    """What a tool that waits for a person declares: it may be called as a task (its client then polls
+    for the result instead of holding the call open; `api/mcp_tasks.py`)."""
+    return types.ToolExecution(task_support="optional")
 
 
 def timeout_arg(args: dict[str, Any]) -> float | None:

@@ -31,6 +31,7 @@ from backend.api.errors import ErrorPolicy
 from backend.api.hygiene import text_problems
 from backend.api.limits import max_query_bytes
 from backend.api.observe import record_operation
+from backend.lru import LRU
 
 # Documents, and validation results, kept: as many as Strawberry's own caches keep by default.
 _CACHED = 128
@@ -43,14 +44,13 @@ Rules = tuple[type[ASTValidationRule], ...]
 
 
 class _Validations:
-    """Validation results by (schema, document text, rules), the oldest evicted first. A text always
+    """Validation results by (schema, document text, rules), the least recently used out first. A text always
     parses to the same document (the parser's options are fixed per schema), so the text stands for
     it; the schema is held by the key itself, so its identity cannot be reused while cached."""
 
     def __init__(self, maxsize: int, validate: strawberry_adapter.Validate) -> None:
-        self.maxsize = maxsize
         self._validate = validate
-        self._found: dict[tuple[GraphQLSchema, str, Rules], list[GraphQLError]] = {}
+        self._found: LRU[tuple[GraphQLSchema, str, Rules], list[GraphQLError]] = LRU(maxsize)
 
     def __call__(
         self,
@@ -63,9 +63,7 @@ class _Validations:
         found = self._found.get(key)
         if found is None:
             found = self._validate(schema, document, rules)
-            if len(self._found) >= self.maxsize:
-                del self._found[next(iter(self._found))]
-            self._found[key] = found
+            self._found.put(key, found)
         return found
 
 

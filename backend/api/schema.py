@@ -23,6 +23,7 @@ from backend.api.clarifications import (
 )
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
+from backend.api.needs_you import NeedsYouQueries
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permission_rules import PermissionRuleMutations, PermissionRuleQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
@@ -42,6 +43,7 @@ class Query(
     PermissionQueries,
     PermissionRuleQueries,
     ReachQueries,
+    NeedsYouQueries,
 ):
     pass
 

@@ -186,6 +186,7 @@ class ClarificationBundle:
     turn_id: strawberry.ID | None
     state: ClarificationBundleState
     context: str | None
+    asked_at: dt.datetime = strawberry.field(description="When the agent asked.")
     # The stored rows; their questions are read only when a client selects them (an agent's ask
     # and a respond usually select the bundle's id alone).
     rows: strawberry.Private[tuple[BundleRow, ...]]
@@ -204,6 +205,7 @@ class ClarificationBundle:
             turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
             state=ClarificationBundleState(b.state.value),
             context=b.context,
+            asked_at=b.asked_at,
             rows=b.rows,
         )
 
@@ -306,6 +308,7 @@ class PermissionRequest:
     context: str | None
     agent_disconnected: bool
     decision: PermissionDecision | None
+    asked_at: dt.datetime = strawberry.field(description="When the agent asked.")
 
     @strawberry.field(
         description="The rules a person may remember from this request, narrowest first (respondToPermission "
@@ -340,6 +343,7 @@ class PermissionRequest:
             context=b.context,
             agent_disconnected=row.metadata.get("agent_disconnected") is True,
             decision=None if decision is None else PermissionDecision.of(decision),
+            asked_at=b.asked_at,
         )
 
 

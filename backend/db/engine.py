@@ -266,26 +266,19 @@ class Database:
                     raise DisconnectionError("idle connection is gone") from exc
                 raise
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        opened = False
-        try:
-            async with self.engine.connect() as conn:
-                opened = True
-                self.transactions += 1
-                async with conn.begin():
-                    yield conn
-        except Exception as exc:
-            self._raise_outage(exc, connecting=not opened)
-            raise
+    def read(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        return self._transaction(write=False)
+
+    def write(self) -> contextlib.AbstractAsyncContextManager[AsyncConnection]:
+        return self._transaction(write=True)
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
         opened = False
         try:
             async with self.engine.connect() as conn:
                 opened = True
-                if self.is_sqlite:  # read by the BEGIN hook: writers take SQLite's writer lock up front
+                if write and self.is_sqlite:  # read by the BEGIN hook: writers take the writer lock up front
                     conn = await conn.execution_options(turnwise_write=True)
                 self.transactions += 1
                 async with conn.begin():

@@ -288,6 +288,27 @@ notification_outbox = Table(
     Index("ix_notification_outbox_due", "status", "due_at"),
 )
 
+# MCP tasks (a task-augmented `ask_user_question` / `approve_tool_use` call): which pending action a
+# task waits on, for whom (`owner`: the caller's user and session), and until when (`ttl_ms` from
+# `created_at`). Its status is never stored: it is read from the pending action. `result` is the tool
+# result the plain call would have returned, written once, when the action settled and the result
+# was first read, so every later read (from any process) returns the same.
+mcp_tasks = Table(
+    "mcp_tasks",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("owner", String(200), nullable=False),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("pending_id", ID, nullable=False),
+    Column("tool", String(64), nullable=False),
+    Column("ttl_ms", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("result", JSONDoc, nullable=True),
+    Column("completed_at", UTCDateTime, nullable=True),
+    Index("ix_mcp_tasks_owner", "owner", "id"),
+    Index("ix_mcp_tasks_pending", "pending_id"),
+)
+
 meta = Table(
     "turnwise_meta",
     metadata,

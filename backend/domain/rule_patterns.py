@@ -30,7 +30,8 @@ A rule is `Tool` (any input of that tool) or `Tool(specifier)`:
 
 Inside the parentheses a backslash escapes the next `\\`, `(` or `)` (Claude Code writes rules so);
 a `\\` before anything else stays as written. In a `Bash` specifier, `\\*` is a literal asterisk
-and `\\\\` a literal backslash: `Bash(ls \\*.py)` is the exact command `ls *.py`. A canonical
+and `\\\\` a literal backslash: `Bash(ls \\*.py)` is the exact command `ls *.py`;
+a leading `\\=` is a literal `=` (an exact command starting with one). A canonical
 rule (`RulePattern.text`) escapes only what would otherwise be read differently.
 
 Our extension, for the rules remembered before these patterns existed: `Tool(=<json>)` matches
@@ -46,7 +47,7 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from backend.domain.rule_specifiers import (
@@ -163,9 +164,15 @@ class RulePattern:
 
 
 def parse_pattern(text: str) -> RulePattern:
-    """The rule `text` means, or PatternError naming what is wrong with it."""
+    """The rule `text` means, or PatternError naming what is wrong with it. Rules are read once:
+    a scope's rules, compiled again, cost only their regexes."""
     if not isinstance(text, str):
         raise PatternError(f"a rule is text, not {type(text).__name__}")
+    return _parse(text)
+
+
+@lru_cache(maxsize=8192)
+def _parse(text: str) -> RulePattern:
     raw = text.strip()
     if not raw:
         raise PatternError("the rule is empty")
@@ -205,7 +212,8 @@ def _bare(raw: str, tool: str) -> RulePattern:
     return RulePattern(tool, None, PatternKind.ANY)
 
 
-def _with_specifier(raw: str, tool: str, content: str) -> RulePattern:
+def _with_specifier(raw: str, tool: str, written: str) -> RulePattern:
+    content = written.strip()
     if content.startswith("="):
         try:
             value = json.loads(content[1:])
@@ -213,10 +221,9 @@ def _with_specifier(raw: str, tool: str, content: str) -> RulePattern:
         except ValueError as exc:
             raise PatternError(f"{raw!r}: what follows '=' is not JSON ({exc})") from None
         return RulePattern(tool, "=" + key, PatternKind.EXACT_INPUT, key=key)
-    content = content.strip()
     if tool.startswith("mcp__"):
         raise PatternError(f"{raw!r}: an MCP rule takes no specifier (write {tool} for any input)")
-    if content.startswith("domain:") and tool != "WebFetch":
+    if content.startswith("domain:") and tool not in ("WebFetch", "Bash"):  # a command may start so
         raise PatternError(f"{raw!r}: 'domain:' belongs to WebFetch rules only")
     if tool == "WebFetch":
         spec, host, regex = host_spec(raw, content)
@@ -229,8 +236,8 @@ def _with_specifier(raw: str, tool: str, content: str) -> RulePattern:
             return RulePattern(tool, content, PatternKind.COMMAND, key=command)
         return RulePattern(tool, content, PatternKind.COMMAND_PATTERN, regex=regex or "")
     if tool in PATH_RULE_TOOLS:
-        root, regex = path_spec(raw, content)
-        return RulePattern(tool, content, PatternKind.PATH, regex=regex, root=root)
+        path, root, regex = path_spec(raw, written)
+        return RulePattern(tool, path, PatternKind.PATH, regex=regex, root=root)
     raise PatternError(
         f"{raw!r}: {tool} takes no specifier this matcher knows; write {tool} for any input"
         f" or {tool}(=<input as JSON>) for one exact input"
@@ -463,10 +470,21 @@ def suggest_rules(
 ) -> list[Suggestion]:
     """The rules a person likely means, narrowest first: this exact call; the command's prefix
     (`Bash`) or the file's folder (path tools) or the host (`WebFetch`) or the server (MCP);
-    the bare tool, `broad` with a warning for the tools whose any input lets anything through."""
+    the bare tool, `broad` with a warning for the tools whose any input lets anything through.
+    Nothing for a tool whose name no rule can hold."""
+    try:
+        return _suggestions(tool_name, tool_input, project, home)
+    except PatternError:
+        return []
+
+
+def _suggestions(
+    tool_name: str, tool_input: Mapping[str, Any], project: str | None, home: str | None
+) -> list[Suggestion]:
     out: list[Suggestion] = []
-    if tool_name == "Bash" and isinstance(tool_input.get("command"), str):
-        out += _command_suggestions(tool_input["command"])
+    command = tool_input.get("command")
+    if tool_name == "Bash" and isinstance(command, str) and command.strip():
+        out += _command_suggestions(command)
     elif tool_name in PATH_TOOLS and CallSubjects(tool_name, tool_input, project, home).paths:
         out += _path_suggestions(tool_name, CallSubjects(tool_name, tool_input, project, home))
     else:
@@ -513,9 +531,8 @@ def command_prefix(command: str) -> str | None:
             words.append(token)
     except ValueError:  # an unbalanced quote: nothing to suggest a prefix of
         return None
-    written = command.split()
-    while words and written[: len(words)] != words:  # a word quoted or glued to an operator
-        words.pop()
+    while words and re.match(re.escape(" ".join(words)) + r"(?:[ \t]|$|[;|\n]|&(?!>))", command) is None:
+        words.pop()  # a word quoted, escaped or glued to the next: the rule would not match it
     if len(words) == 2 and (words[1].startswith(("-", ".", "~")) or "/" in words[1]):
         words.pop()
     return " ".join(words) or None

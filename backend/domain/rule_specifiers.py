@@ -82,13 +82,19 @@ def render_specifier(content: str) -> str:
 
 
 def escape_command(command: str) -> str:
-    """A `Bash` specifier matching exactly `command`: its `\\` and `*` escaped."""
-    return command.replace("\\", "\\\\").replace("*", "\\*")
+    """A `Bash` specifier matching exactly `command`: its `\\` and `*` escaped, and a leading `=`
+    (which would otherwise open an exact-input rule)."""
+    text = command.replace("\\", "\\\\").replace("*", "\\*")
+    return "\\" + text if text.startswith("=") else text
 
 
 def glob_escape(path: str) -> str:
-    """A path pattern matching exactly `path`."""
-    return re.sub(r"([\\*?\[!])", r"\\\1", path)
+    """A path pattern matching exactly `path`: whitespace at either end escaped (it would be
+    dropped), and a leading `~` (it would name the home directory)."""
+    text = re.sub(r"([\\*?\[!=])", r"\\\1", path)
+    if len(path) > 1 and path[-1].isspace():
+        text = text[:-1] + "\\" + text[-1]
+    return "\\" + text if path[:1].isspace() or path[:1] == "~" else text
 
 
 def command_spec(raw: str, content: str) -> tuple[str | None, str | None]:
@@ -99,8 +105,8 @@ def command_spec(raw: str, content: str) -> tuple[str | None, str | None]:
     i = 0
     while i < len(content):
         char = content[i]
-        if char == "\\" and content[i + 1 : i + 2] in ("*", "\\"):
-            literal.append(content[i + 1])
+        if char == "\\" and (content[i + 1 : i + 2] in ("*", "\\") or content[: i + 2] == "\\="):
+            literal.append(content[i + 1])  # \* and \\ anywhere, \= at the start
             i += 2
             continue
         if char == "*":
@@ -116,7 +122,7 @@ def command_spec(raw: str, content: str) -> tuple[str | None, str | None]:
     before = pieces[-3] if len(pieces) >= 3 else None
     if pieces[-1] == "" and isinstance(before, str) and before.endswith(":"):  # legacy prefix:*
         head = [*pieces[:-3], before[:-1].rstrip()]
-        if not "".join(p or "*" for p in head).strip():
+        if not "".join("*" if p is None else p for p in head).strip():
             raise PatternError(f"{raw!r}: nothing before ':*' (write Bash for any command)")
         return None, _wildcards(head) + _WORD_BOUNDARY
     if stars == 1 and pieces[-1] == "" and isinstance(before, str) and before.endswith(" "):
@@ -147,8 +153,12 @@ def host_spec(raw: str, content: str) -> tuple[str, str | None, str | None]:
     return f"domain:{base}", base, None
 
 
-def path_spec(raw: str, content: str) -> tuple[PathRoot, str]:
-    """A path specifier as its root and the regex over a path relative to that root."""
+def path_spec(raw: str, written: str) -> tuple[str, PathRoot, str]:
+    """A path specifier as its text (leading whitespace and unescaped trailing whitespace dropped,
+    as gitignore drops trailing spaces), its root and its regex over a path relative to the root."""
+    content = written.lstrip()
+    while content[-1:].isspace() and not escaped(content, len(content) - 1):
+        content = content[:-1]
     anchored = True
     if content.startswith("!"):
         raise PatternError(f"{raw!r}: negated paths ('!') are not supported; write a deny rule instead")
@@ -171,7 +181,7 @@ def path_spec(raw: str, content: str) -> tuple[PathRoot, str]:
         re.compile(regex)
     except re.error as exc:
         raise PatternError(f"{raw!r}: not a path pattern ({exc})") from None
-    return root, regex
+    return content, root, regex
 
 
 def _gitignore(raw: str, rest: str, anchored: bool) -> str:

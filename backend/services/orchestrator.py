@@ -15,7 +15,7 @@ In-process memory only ever makes things stricter: accepted turns can never be r
 session whose rollback failed admits no prompt and resolves no ready event until restart recovery.
 
 One module on purpose: admission, the durable steps and the ready-event gate share one state
-machine (`_Live`, `Outcome`), and each step's failure handling names the step that undoes it; split
+machine (`Live`, `Outcome`), and each step's failure handling names the step that undoes it; split
 across modules, a reader would lose the one place where every outcome of a reservation is decided.
 """
 
@@ -24,10 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from backend import faults
@@ -39,9 +36,20 @@ from backend.domain.lifecycle import Claim
 from backend.domain.prompts import resume_prompt
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.executors.base import DispatchOutcome, DispatchResult, Executor, PromptRequest
+from backend.lru import LRU
 from backend.repository import claims, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
+from backend.services.dispatch import (
+    Admission,
+    Busy,
+    Dispatch,
+    Live,
+    Origin,
+    Outcome,
+    Stale,
+    TurnSnapshot,
+)
 from backend.services.events_out import publish_session_change
 from backend.services.resume import ResumeOutcome
 from backend.services.uow import uow
@@ -55,122 +63,20 @@ POLL_SECONDS = 0.05
 OWN_TURNS_KEPT = 4096
 
 
-class Outcome(StrEnum):
-    """Where a reservation of this process stands."""
-
-    OPEN = "open"  # reserved or dispatching: ready events of its session wait
-    REFUSED = "refused"  # admission found the clarification's turn superseded: nothing reserved
-    ROLLED_BACK = "rolled_back"
-    UNRESOLVED = "unresolved"  # the rollback failed: the session stays quarantined until restart
-    AMBIGUOUS = "ambiguous"  # may have reached the agent: kept, never sent again
-    PUBLISHED = "published"  # accepted (its start event published, or queued in the outbox)
-
-
-@dataclass
-class _Live:
-    """A reservation of this process that has not resolved yet; ready events of its session wait."""
-
-    turn_id: str
-    resolved: asyncio.Event = field(default_factory=asyncio.Event)
-    outcome: Outcome = Outcome.OPEN
-
-
-@dataclass
-class _Admission:
-    """A session's in-process admission lock and how many dispatches hold or wait for it."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    users: int = 0
-
-
-class Origin(StrEnum):
-    """Who sends an answer to its agent as a new turn."""
-
-    DETACHED = "detached"  # a respond to a detached agent: the dispatch settles its claim
-    WATCHDOG = "watchdog"  # the primary-answer fallback: the waiter already settled the claim
-
-
-@dataclass(frozen=True, slots=True)
-class _Dispatch:
-    """One answer on its way to its agent, as the successor turn `live` reserved for it."""
-
-    claim: Claim
-    origin: Origin
-    live: _Live
-
-    @property
-    def session_id(self) -> str:
-        return self.claim.session_id
-
-    @property
-    def turn_id(self) -> str:
-        return self.live.turn_id
-
-    @property
-    def claim_id(self) -> str | None:
-        """The claim this dispatch settles once its turn is published (None: already settled)."""
-        return self.claim.claim_id if self.origin == Origin.DETACHED else None
-
-    @property
-    def ids(self) -> dict[str, Any]:
-        """Its ids, as every log line of the way carries them."""
-        c = self.claim
-        return {
-            "turn_id": self.turn_id,
-            "session_id": c.session_id,
-            "pending_id": c.pending_id,
-            "claim_id": self.claim_id,
-        }
-
-
-class RecentTurns:
-    """The newest `limit` turn ids, oldest forgotten first."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, turn_id: str) -> None:
-        self._ids[turn_id] = None
-        while len(self._ids) > self.limit:
-            self._ids.popitem(last=False)
-
-    def __contains__(self, turn_id: object) -> bool:
-        return turn_id in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnSnapshot:
-    """Turn authority observed before a pause: a specific turn, or explicitly none."""
-
-    session_id: str
-    turn_id: str | None
-
-
-class _Busy(Exception):
-    """Another process holds an unresolved reservation in this session."""
-
-
-class _Stale(Exception):
-    """The clarification's turn is no longer the current turn of a live session."""
-
-
 class Orchestrator:
     def __init__(self, deps: Deps, executor: Executor) -> None:
         self.deps = deps
         self.executor = executor
         # Per session, only while a dispatch holds or waits for it.
-        self._admission: dict[str, _Admission] = {}
-        self._live: dict[str, _Live] = {}
+        self._admission: dict[str, Admission] = {}
+        self._live: dict[str, Live] = {}
         self._quarantined: dict[str, str] = {}
         # Turns seen accepted whose durable state does not refuse a rollback yet (publication and
         # the outbox move both make it refuse): an in-process rollback fails closed for them.
         self._accepted: set[str] = set()
         # Turns this process reserved: their events are the orchestrator's own, not agent activity.
-        self.own_turns = RecentTurns(OWN_TURNS_KEPT)
+        # The newest turn ids this process dispatched (`in` does not refresh one).
+        self.own_turns: LRU[str, None] = LRU(OWN_TURNS_KEPT)
         self._background: set[asyncio.Task[Any]] = set()
 
     @property
@@ -220,9 +126,9 @@ class Orchestrator:
                 return ResumeOutcome(
                     False, True, "a prompt reservation of this session is unresolved until restart recovery"
                 )
-            live = self._live[session_id] = _Live(new_id())
+            live = self._live[session_id] = Live(new_id())
             try:
-                return await self._admitted(_Dispatch(claim, origin, live), admit_by)
+                return await self._admitted(Dispatch(claim, origin, live), admit_by)
             finally:
                 if live.outcome != Outcome.UNRESOLVED:
                     live.resolved.set()
@@ -233,7 +139,7 @@ class Orchestrator:
             self._leave_admission(session_id)
 
     def _enter_admission(self, session_id: str) -> asyncio.Lock:
-        admission = self._admission.setdefault(session_id, _Admission())
+        admission = self._admission.setdefault(session_id, Admission())
         admission.users += 1
         return admission.lock
 
@@ -244,7 +150,7 @@ class Orchestrator:
         if admission.users == 0:
             del self._admission[session_id]
 
-    async def _admitted(self, d: _Dispatch, admit_by: float) -> ResumeOutcome:
+    async def _admitted(self, d: Dispatch, admit_by: float) -> ResumeOutcome:
         """The durable steps of an admitted dispatch, each failure undone by the step that names it."""
         reserved = await self._reserve_in_time(d, admit_by)
         if isinstance(reserved, ResumeOutcome):
@@ -261,7 +167,7 @@ class Orchestrator:
         await faults.hit("resume.after_attempt_marker")
         return await self._dispatch_attempted(d, reserved)
 
-    async def _reserve_in_time(self, d: _Dispatch, admit_by: float) -> str | ResumeOutcome:
+    async def _reserve_in_time(self, d: Dispatch, admit_by: float) -> str | ResumeOutcome:
         """The reservation's prompt; waits (bounded) while another process's reservation of the
         session is unresolved. An outcome instead when it was refused or rolled back."""
         loop = asyncio.get_running_loop()
@@ -271,9 +177,9 @@ class Orchestrator:
                 if remaining <= 0:
                     raise TimeoutError
                 return await asyncio.wait_for(self._reserve(d), remaining)
-            except _Busy:
+            except Busy:
                 await asyncio.sleep(POLL_SECONDS)
-            except _Stale:
+            except Stale:
                 d.live.outcome = Outcome.REFUSED
                 log.info("prompt refused: turn superseded", extra={"event": "resume.refused", **d.ids})
                 return ResumeOutcome(False, True, "the clarification's turn is no longer current")
@@ -287,7 +193,7 @@ class Orchestrator:
                 )
                 return await self._undo(d, f"reservation failed: {why}", cancelled=exc)
 
-    async def _dispatch_attempted(self, d: _Dispatch, prompt: str) -> ResumeOutcome:
+    async def _dispatch_attempted(self, d: Dispatch, prompt: str) -> ResumeOutcome:
         """From here on the prompt may reach the agent: nothing below sends it again or deletes it."""
         claim = d.claim
         request = PromptRequest(
@@ -342,18 +248,18 @@ class Orchestrator:
 
     # --- durable steps --------------------------------------------------------------------------
 
-    async def _reserve(self, d: _Dispatch) -> str:
+    async def _reserve(self, d: Dispatch) -> str:
         claim = d.claim
         async with uow(self.deps, [claim.session_id]) as w:
             conn = w.conn
             # Prompt admission rechecks current-turn authority under the session lock.
             session = await tasks.get_session(conn, claim.session_id)
             if session.state in TERMINAL_SESSION_STATES:
-                raise _Stale
+                raise Stale
             if await turns.current_turn(conn, claim.session_id) != claim.turn_id:
-                raise _Stale
+                raise Stale
             if await reservations.live_reservation(conn, claim.session_id) is not None:
-                raise _Busy
+                raise Busy
             rows = await reservations.source_rows(conn, claim.message_ids)
             await reservations.reserve(
                 conn,
@@ -365,7 +271,7 @@ class Orchestrator:
                 claim_id=d.claim_id,
                 origin=d.origin.value,
             )
-            self.own_turns.add(d.turn_id)
+            self.own_turns.put(d.turn_id, None)
         return resume_prompt(rows, claim.answers)
 
     async def _mark_attempted(self, session_id: str, turn_id: str) -> None:
@@ -392,7 +298,7 @@ class Orchestrator:
         return True
 
     async def _undo(
-        self, d: _Dispatch, why: str, *, cancelled: BaseException | None = None, retry: bool = True
+        self, d: Dispatch, why: str, *, cancelled: BaseException | None = None, retry: bool = True
     ) -> ResumeOutcome:
         session_id, turn_id, live, ids = d.session_id, d.turn_id, d.live, d.ids
         try:
@@ -418,7 +324,7 @@ class Orchestrator:
             raise cancelled
         return ResumeOutcome(False, retry, why)
 
-    async def _publish(self, d: _Dispatch) -> ResumeOutcome:
+    async def _publish(self, d: Dispatch) -> ResumeOutcome:
         live, ids, session_id, claim_id = d.live, d.ids, d.session_id, d.claim_id
         task_id, message_ids = d.claim.task_id, d.claim.message_ids
         try:
@@ -456,7 +362,7 @@ class Orchestrator:
         log.info("successor published", extra={"event": "resume.published", **ids})
         return ResumeOutcome(True, False)
 
-    async def _to_outbox(self, d: _Dispatch) -> bool:
+    async def _to_outbox(self, d: Dispatch) -> bool:
         """Normal failure cleanup after a possible acceptance: keep the successor, retire the intent,
         leave the start event to the durable outbox. If even this fails, reservation recovery owns it."""
         live, ids, claim_id, message_ids = d.live, d.ids, d.claim_id, d.claim.message_ids
@@ -474,7 +380,7 @@ class Orchestrator:
             log.exception("outbox write failed", extra={"event": "resume.outbox_failed", **ids})
             return False
 
-    async def _settle_ambiguous(self, d: _Dispatch) -> None:
+    async def _settle_ambiguous(self, d: Dispatch) -> None:
         live, ids, task_id = d.live, d.ids, d.claim.task_id
         self._accepted.add(live.turn_id)  # may be running: never rolled back, never sent again
         live.outcome = Outcome.AMBIGUOUS

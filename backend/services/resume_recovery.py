@@ -15,7 +15,10 @@ clears each marker only once the bus accepted its events; a failure fails startu
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend import faults
 from backend.domain.clarification import flag
@@ -105,69 +108,88 @@ class ReservationRecovery:
         return report
 
     async def _page(self, after: str, report: RecoveryReport) -> str | None:
-        restored: list[tuple[str, str]] = []
+        """One page of stored reservations: the empty ones deleted (their claims restored), the
+        ambiguous ones preserved for the outbox; a malformed or mismatched one kept and reported."""
         async with uow(self.deps) as w:
             conn = w.conn
             page = await reservations.stored_reservations(conn, after=after, limit=PAGE)
             if not page:
                 return None
-            valid: list[tuple[StoredReservation, list[str]]] = []
-            for r in page:
-                try:
-                    _, _, ids = claim_identity(r)
-                    valid.append((r, ids))
-                except ValueError as exc:
-                    self._keep(r)
-                    report.errors.append(f"reservation {r.id}: {exc}")
-                    log.error(
-                        "reservation kept: malformed recovery metadata",
-                        extra={"event": "recovery.reservation_malformed", "turn_id": r.id, "why": str(exc)},
-                    )
-            facts = await reservations.claimed_row_facts(conn, [i for _, ids in valid for i in ids])
-            checked: list[tuple[StoredReservation, list[str]]] = []
-            for r, ids in valid:
-                turn_id, pending_id, _ = claim_identity(r)
-                wrong = [
-                    i
-                    for i in ids
-                    if i in facts
-                    and (facts[i][0] != r.session_id or facts[i][1] != turn_id or facts[i][2] != pending_id)
-                ]
-                if wrong:
-                    self._keep(r)
-                    report.errors.append(
-                        f"reservation {r.id}: claimed rows {', '.join(wrong)} do not match its claim"
-                    )
-                    log.error(
-                        "reservation kept: claimed rows do not match",
-                        extra={"event": "recovery.reservation_mismatch", "turn_id": r.id},
-                    )
-                    continue
-                checked.append((r, ids))
+            checked = await self._matching(conn, self._well_formed(page, report), report)
             await w.lock({r.session_id for r, _ in checked})
-            ambiguous = [
-                (r, ids)
-                for r, ids in checked
-                if flag(r.metadata.get(reservations.ATTEMPTED)) or r.has_evidence
-            ]
-            empty = [
-                (r, ids)
-                for r, ids in checked
-                if not (flag(r.metadata.get(reservations.ATTEMPTED)) or r.has_evidence)
-            ]
+            attempted = {
+                r.id for r, _ in checked if flag(r.metadata.get(reservations.ATTEMPTED)) or r.has_evidence
+            }
             # Empty and unattempted: the prompt was never sent. The WHERE re-checks that.
-            deleted = set(await reservations.delete_empty(conn, [r.id for r, _ in empty]))
-            restore_ids = [i for r, ids in empty if r.id in deleted for i in ids]
+            empty = [r.id for r, _ in checked if r.id not in attempted]
+            deleted = set(await reservations.delete_empty(conn, empty))
+            restore_ids = [i for r, ids in checked if r.id in deleted for i in ids]
             restored = await recovery_repo.restore_intents(conn, restore_ids)
             # Attempted or message-backed: maybe running. Keep it, retire the claim, queue the start event.
-            moved = set(await reservations.move_to_outbox(conn, [r.id for r, _ in ambiguous]))
-            await recovery_repo.retire_intents(
-                conn, [i for r, ids in ambiguous if r.id in moved for i in ids]
+            moved = set(
+                await reservations.move_to_outbox(conn, [r.id for r, _ in checked if r.id in attempted])
             )
+            await recovery_repo.retire_intents(conn, [i for r, ids in checked if r.id in moved for i in ids])
             w.touch(*(r.session_id for r, _ in checked if r.id in deleted or r.id in moved))
             task_of = {r.session_id: r.task_id for r in page}
             for message_id, session_id in restored:
                 w.publish(task_of[session_id], session_id, EventKind.MESSAGE_UPDATED, message_id=message_id)
+        self._report_page(report, checked, deleted, moved, restored)
+        self.touched_tasks.update(task_of[s] for _, s in restored)
+        self.touched_tasks.update(r.task_id for r, _ in checked if r.id in deleted or r.id in moved)
+        return page[-1].id
+
+    def _well_formed(
+        self, page: Sequence[StoredReservation], report: RecoveryReport
+    ) -> list[tuple[StoredReservation, list[str]]]:
+        """The reservations whose claim can be read, with their claimed row ids; the rest kept."""
+        valid: list[tuple[StoredReservation, list[str]]] = []
+        for r in page:
+            try:
+                _, _, ids = claim_identity(r)
+                valid.append((r, ids))
+            except ValueError as exc:
+                self._keep(r)
+                report.errors.append(f"reservation {r.id}: {exc}")
+                log.error(
+                    "reservation kept: malformed recovery metadata",
+                    extra={"event": "recovery.reservation_malformed", "turn_id": r.id, "why": str(exc)},
+                )
+        return valid
+
+    async def _matching(
+        self,
+        conn: AsyncConnection,
+        valid: list[tuple[StoredReservation, list[str]]],
+        report: RecoveryReport,
+    ) -> list[tuple[StoredReservation, list[str]]]:
+        """The reservations whose claimed rows still belong to their claim; the rest kept."""
+        facts = await reservations.claimed_row_facts(conn, [i for _, ids in valid for i in ids])
+        checked: list[tuple[StoredReservation, list[str]]] = []
+        for r, ids in valid:
+            turn_id, pending_id, _ = claim_identity(r)
+            wrong = [i for i in ids if i in facts and facts[i] != (r.session_id, turn_id, pending_id)]
+            if wrong:
+                self._keep(r)
+                report.errors.append(
+                    f"reservation {r.id}: claimed rows {', '.join(wrong)} do not match its claim"
+                )
+                log.error(
+                    "reservation kept: claimed rows do not match",
+                    extra={"event": "recovery.reservation_mismatch", "turn_id": r.id},
+                )
+                continue
+            checked.append((r, ids))
+        return checked
+
+    @staticmethod
+    def _report_page(
+        report: RecoveryReport,
+        checked: list[tuple[StoredReservation, list[str]]],
+        deleted: set[str],
+        moved: set[str],
+        restored: Sequence[tuple[str, str]],
+    ) -> None:
         for r, _ in checked:
             if r.id in deleted:
                 report.deleted.append(r.id)
@@ -185,15 +207,11 @@ class ReservationRecovery:
                         "session_id": r.session_id,
                     },
                 )
-        task_of = {r.session_id: r.task_id for r in page}
-        self.touched_tasks.update(task_of[s] for _, s in restored)
-        self.touched_tasks.update(r.task_id for r, _ in checked if r.id in deleted or r.id in moved)
         for message_id, _ in restored:
             report.restored_messages.append(message_id)
             log.info(
                 "claimed row restored", extra={"event": "recovery.claim_restored", "message_id": message_id}
             )
-        return page[-1].id
 
     async def replay_outbox(self) -> int:
         """Step 3: ordered start (and completion) events for every outbox turn, page by page."""

@@ -10,9 +10,9 @@ kept: each one is looked up again.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
+from backend.lru import LRU
 from backend.repository.access import Identity
 
 ACCESS_CHANNEL = "turnwise.access"
@@ -31,7 +31,7 @@ class TokenCache:
         self.max_tokens = max_tokens
         self.max_age = max_age
         self._clock = clock
-        self._entries: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
+        self._entries: LRU[str, tuple[float, Identity]] = LRU(max_tokens)
         # Advanced by every clear: a lookup that began before a clear must not store what it read.
         self.generation = 0
 
@@ -44,19 +44,15 @@ class TokenCache:
             return None
         stored_at, identity = entry
         if self._clock() - stored_at > self.max_age:
-            del self._entries[key]
+            self._entries.pop(key)
             return None
-        self._entries.move_to_end(key)
         return identity
 
     def put(self, key: str, identity: Identity, generation: int) -> None:
         """Store what a lookup read, unless the cache was cleared since the lookup began."""
         if generation != self.generation:
             return
-        self._entries[key] = (self._clock(), identity)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_tokens:
-            self._entries.popitem(last=False)
+        self._entries.put(key, (self._clock(), identity))
 
     def clear(self) -> None:
         self._entries.clear()

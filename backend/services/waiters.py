@@ -37,6 +37,7 @@ from backend.domain.events import EventKind
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Claim
 from backend.domain.permissions import Decision, decision_from_response
+from backend.lru import LRU
 from backend.repository import instances
 from backend.services.context import Deps
 
@@ -139,7 +140,7 @@ class WaiterHub:
         self._tasks: list[asyncio.Task[None]] = []
         # The newest heartbeat read of each other process: while it is fresh, so is the process's
         # stored one (a heartbeat only moves forward), and no read is needed.
-        self._beats: dict[str, dt.datetime] = {}
+        self._beats: LRU[str, dt.datetime] = LRU(_BEATS_KEPT)
         self.started = False
 
     @property
@@ -233,11 +234,9 @@ class WaiterHub:
             return known
         beat = (await instances.heartbeats(conn, [instance_id])).get(instance_id)
         if beat is None:
-            self._beats.pop(instance_id, None)
+            self._beats.pop(instance_id)
         else:
-            if len(self._beats) >= _BEATS_KEPT and instance_id not in self._beats:
-                del self._beats[next(iter(self._beats))]  # the oldest first
-            self._beats[instance_id] = beat
+            self._beats.put(instance_id, beat)
         return beat
 
     def heartbeat_fresh(self, heartbeat: dt.datetime | None) -> bool:

@@ -27,7 +27,8 @@ from backend.domain.lifecycle import Claim
 from backend.domain.states import TERMINAL_SESSION_STATES
 from backend.repository import reservations, runners, tasks, turns
 from backend.services.context import Deps
-from backend.services.orchestrator import Orchestrator, Origin, TurnSnapshot
+from backend.services.dispatch import Origin, TurnSnapshot
+from backend.services.orchestrator import Orchestrator
 from backend.services.prompt_channel import PromptChannel
 
 log = logging.getLogger("turnwise.watchdog")

@@ -92,13 +92,7 @@ class Notifier:
         """Start notifying; the questions pending now are looked up as the baseline."""
         self.armed = True
         lookups = []
-        for task_id in store.task_ids():
-            summary = store.summary(task_id)
-            if summary is None:
-                continue
-            revision = summary.get("revision")
-            if type(revision) is not int:
-                continue
+        for task_id, summary, revision in _summaries(store):
             self._seen[task_id] = revision
             if summary.get("pendingAction") in self.kinds:
                 lookups.append(Lookup(task_id, revision, True))
@@ -113,13 +107,7 @@ class Notifier:
         While disarmed it only records revisions, so arming later does not replay them.
         """
         lookups = []
-        for task_id in store.task_ids():
-            summary = store.summary(task_id)
-            if summary is None:
-                continue
-            revision = summary.get("revision")
-            if type(revision) is not int:
-                continue
+        for task_id, summary, revision in _summaries(store):
             seen = self._seen.get(task_id)
             if seen is not None and revision <= seen:
                 continue
@@ -215,3 +203,16 @@ def first_question(bundle: dict[str, Any]) -> str:
         if text:
             return str(text)
     return "An agent is waiting for your answer."
+
+
+def _summaries(store: Store) -> list[tuple[str, dict[str, Any], int]]:
+    """Each task's summary with its revision, for the tasks that have one."""
+    found = []
+    for task_id in store.task_ids():
+        summary = store.summary(task_id)
+        if summary is None:
+            continue
+        revision = summary.get("revision")
+        if type(revision) is int:
+            found.append((task_id, summary, revision))
+    return found

@@ -11,10 +11,11 @@ from importlib import metadata
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import McpError
+from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, CallToolResult
 
 from backend.api.mcp import tools as mcp_tools
@@ -55,8 +56,8 @@ PICK_POSTGRES = [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customT
 async def mcp_session(base_url: str, token: str | None) -> AsyncIterator[ClientSession]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with (
-        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(30, read=300)) as http,
-        streamable_http_client(f"{base_url}/mcp", http_client=http) as (read, write, _),
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
+        streamable_http_client(f"{base_url}/mcp", http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
@@ -87,13 +88,13 @@ async def respond(
 
 
 def structured(result: CallToolResult) -> dict[str, Any]:
-    assert not result.isError, result.content
-    assert result.structuredContent is not None
-    return dict(result.structuredContent)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return dict(result.structured_content)
 
 
 def error_text(result: CallToolResult) -> str:
-    assert result.isError, result
+    assert result.is_error, result
     text = getattr(result.content[0], "text", "")
     return str(text)
 
@@ -346,7 +347,7 @@ async def test_the_tools_state_the_default_wait_and_take_no_other_arguments(
 ) -> None:
     _, _, token = await agent_session(admin, "mcp schema")
     async with mcp_session(server.base_url, token) as mcp:
-        tools = {t.name: t.inputSchema for t in (await mcp.list_tools()).tools}
+        tools = {t.name: t.input_schema for t in (await mcp.list_tools()).tools}
     for schema in tools.values():
         assert schema["additionalProperties"] is False
         timeout = schema["properties"]["timeout_seconds"]
@@ -452,7 +453,7 @@ def test_every_declared_field_refuses_a_value_of_a_type_it_does_not_declare() ->
     checked = 0
     for name, valid in VALID_CALLS.items():
         arguments.check(name, valid)
-        for path, schema in declared_fields(declared[name].inputSchema, valid, ()):
+        for path, schema in declared_fields(declared[name].input_schema, valid, ()):
             types = {schema["type"]} if isinstance(schema["type"], str) else set(schema["type"])
             for kind, wrong in OF_TYPE.items():
                 if kind in types or (kind == "number" and "integer" in types):
@@ -467,7 +468,7 @@ def test_every_declared_field_refuses_a_value_of_a_type_it_does_not_declare() ->
 def test_a_field_declared_in_a_schema_is_checked_without_code_of_its_own() -> None:
     declared = mcp_tools(60)
     for tool in declared:
-        schema = tool.inputSchema
+        schema = tool.input_schema
         schema["properties"] = {**schema["properties"], "priority": {"type": "integer", "minimum": 1}}
     arguments = ToolArguments(declared)
     for name, valid in VALID_CALLS.items():
@@ -494,7 +495,7 @@ async def test_an_unknown_tool_is_a_json_rpc_invalid_params_error(server: Server
     _, session_id, token = await agent_session(admin, "mcp unknown tool")
     before = await message_count(admin, session_id)
     async with mcp_session(server.base_url, token) as mcp:
-        with pytest.raises(McpError) as raised:
+        with pytest.raises(MCPError) as raised:
             await mcp.call_tool("ask_the_user", {"questions": [QUESTION]})
     assert raised.value.error.code == INVALID_PARAMS
     assert "ask_the_user" in raised.value.error.message

@@ -44,7 +44,7 @@ CALL = {
 
 def as_claude_code_reads(result: CallToolResult) -> dict[str, Any]:
     """Claude Code takes the first text content of the result and parses it as JSON."""
-    assert not result.isError, result.content
+    assert not result.is_error, result.content
     text = getattr(result.content[0], "text", "")
     verdict = json.loads(text)
     assert verdict["behavior"] in ("allow", "deny")
@@ -86,9 +86,9 @@ async def denied_for_now(mcp: ClientSession) -> str:
     verdict = as_claude_code_reads(result)
     assert verdict["behavior"] == "deny"
     assert "stays open" in verdict["message"]
-    assert result.structuredContent is not None
-    assert result.structuredContent["status"] == "detached"
-    pending_id = str(result.structuredContent["pending_id"])
+    assert result.structured_content is not None
+    assert result.structured_content["status"] == "detached"
+    pending_id = str(result.structured_content["pending_id"])
     assert pending_id in verdict["message"]
     return pending_id
 
@@ -113,8 +113,8 @@ async def test_claude_code_gets_allow_as_asked_edited_and_deny_with_its_reason(
         result, decided = await decided_while_asking(mcp, admin, task_id, "ALLOW")
         assert decided["__typename"] == "PermissionResponded"
         assert as_claude_code_reads(result) == {"behavior": "allow", "updatedInput": CALL["input"]}
-        assert result.structuredContent is not None
-        assert result.structuredContent["status"] == "allowed"
+        assert result.structured_content is not None
+        assert result.structured_content["status"] == "allowed"
 
         edited = {"command": "alembic upgrade head --sql", "description": "Dry run"}
         result, _ = await decided_while_asking(mcp, admin, task_id, "ALLOW", updated_input=edited)
@@ -122,8 +122,8 @@ async def test_claude_code_gets_allow_as_asked_edited_and_deny_with_its_reason(
 
         result, _ = await decided_while_asking(mcp, admin, task_id, "DENY", message="Not on staging")
         assert as_claude_code_reads(result) == {"behavior": "deny", "message": "Not on staging"}
-        assert result.structuredContent is not None
-        pending_id = result.structuredContent["pending_id"]
+        assert result.structured_content is not None
+        pending_id = result.structured_content["pending_id"]
         found = (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]
         assert found["decision"]["behavior"] == "DENY"
 
@@ -149,8 +149,8 @@ async def test_a_permission_is_no_clarification_and_a_question_no_permission(
                 "timeout_seconds": 0.2,
             },
         )
-        assert asked.structuredContent is not None
-        question_id = asked.structuredContent["pending_id"]
+        assert asked.structured_content is not None
+        question_id = asked.structured_content["pending_id"]
         assert (await admin.execute(PERMISSION, {"p": question_id})) == {"permission": None}
 
 
@@ -172,7 +172,7 @@ async def test_bad_decisions_are_refused_by_field_and_change_nothing(server: Ser
         await respond(admin, pending_id, "DENY")
         assert as_claude_code_reads(await asyncio.wait_for(call, 30))["behavior"] == "deny"
         refused = await mcp.call_tool("approve_tool_use", {**CALL, "tool": "Bash"})
-        assert refused.isError
+        assert refused.is_error
         assert "tool" in getattr(refused.content[0], "text", "")
 
 
@@ -192,8 +192,8 @@ async def test_no_decision_in_time_denies_for_now_and_a_late_allow_reaches_the_a
         first = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id})
         assert as_claude_code_reads(first) == {"behavior": "allow", "updatedInput": CALL["input"]}
         second = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id})
-        assert second.structuredContent is not None
-        assert second.structuredContent["status"] == "delivered"
+        assert second.structured_content is not None
+        assert second.structured_content["status"] == "delivered"
     # A stale decision: newer work superseded a detached request; the person's ALLOW is refused, it
     # writes nothing, and nothing of it reaches the agent.
     async with mcp_session(server.base_url, token) as mcp:
@@ -208,8 +208,8 @@ async def test_no_decision_in_time_denies_for_now_and_a_late_allow_reaches_the_a
     async with mcp_session(server.base_url, token) as mcp:
         asked_again = await mcp.call_tool("wait_for_answer", {"pending_id": stale_id})
     assert as_claude_code_reads(asked_again)["behavior"] == "deny"
-    assert asked_again.structuredContent is not None
-    assert asked_again.structuredContent["status"] == "closed"
+    assert asked_again.structured_content is not None
+    assert asked_again.structured_content["status"] == "closed"
 
 
 async def test_always_allow_decides_the_next_matching_call_at_once_until_revoked(
@@ -223,9 +223,9 @@ async def test_always_allow_decides_the_next_matching_call_at_once_until_revoked
         assert (rule["toolName"], rule["input"]) == ("Bash", CALL["input"])
         again = await asyncio.wait_for(mcp.call_tool("approve_tool_use", CALL), 30)
         assert as_claude_code_reads(again) == {"behavior": "allow", "updatedInput": CALL["input"]}
-        assert again.structuredContent is not None
-        assert again.structuredContent["auto"] is True
-        found = (await admin.execute(PERMISSION, {"p": again.structuredContent["pending_id"]}))["permission"]
+        assert again.structured_content is not None
+        assert again.structured_content["auto"] is True
+        found = (await admin.execute(PERMISSION, {"p": again.structured_content["pending_id"]}))["permission"]
         assert found["decision"]["auto"] is True  # in the session's history, naming no person
         assert (await admin.execute(REVOKE, {"r": rule["id"]}))["revokePermissionRule"] is True
         assert (await admin.execute(RULES, {"s": session_id}))["permissionRules"] == []
@@ -266,7 +266,7 @@ async def test_a_bad_call_is_a_tool_error_naming_the_field_and_writes_nothing(
     async with mcp_session(server.base_url, token) as mcp:
         # Bounded: a refusal comes at once, and a call taken for valid would wait for a decision.
         result = await asyncio.wait_for(mcp.call_tool("approve_tool_use", arguments), 10)
-    assert result.isError, result
+    assert result.is_error, result
     text = str(getattr(result.content[0], "text", ""))
     assert text.startswith(f"{field}:"), text
     assert await written(admin, task_id, session_id) == before
@@ -289,8 +289,8 @@ async def test_waiting_again_on_an_open_request_never_asks_anew_even_when_a_rule
         before = await written(admin, task_id, session_id)
         # Waiting on the open request waits on it: no new request, nor a rule's decision of one.
         waited = await mcp.call_tool("wait_for_answer", {"pending_id": pending_id, "timeout_seconds": 0.3})
-        assert waited.structuredContent is not None
-        assert (waited.structuredContent["status"], waited.structuredContent["pending_id"]) == (
+        assert waited.structured_content is not None
+        assert (waited.structured_content["status"], waited.structured_content["pending_id"]) == (
             "detached",
             pending_id,
         )
@@ -306,6 +306,6 @@ async def test_waiting_again_on_an_open_request_never_asks_anew_even_when_a_rule
         assert decided["__typename"] == "PermissionResponded"
         result = await asyncio.wait_for(waiting, 30)
     assert as_claude_code_reads(result) == {"behavior": "allow", "updatedInput": CALL["input"]}
-    assert result.structuredContent is not None
-    assert result.structuredContent["pending_id"] == pending_id
-    assert "auto" not in result.structuredContent
+    assert result.structured_content is not None
+    assert result.structured_content["pending_id"] == pending_id
+    assert "auto" not in result.structured_content

@@ -17,7 +17,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState
 from backend.repository import reservations
-from backend.services.orchestrator import Origin
+from backend.services.dispatch import Origin
 from backend.services.pending.core import trusted
 from tests.lifecycle.support import Agent, new_session, recording, rows, yes
 from tests.resume.support import GatedExecutor, detached_question, eventually, faulty, resuming, turn_rows

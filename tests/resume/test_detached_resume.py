@@ -12,7 +12,7 @@ from backend.domain.errors import TurnwiseError
 from backend.domain.lifecycle import BundleState
 from backend.executors.scripted import ScriptedExecutor
 from backend.repository import locks, reservations, turns
-from backend.services.orchestrator import Origin
+from backend.services.dispatch import Origin
 from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import Kind, new_session, questions, recording, rows, yes

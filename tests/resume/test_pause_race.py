@@ -19,7 +19,7 @@ from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState
 from backend.repository import turns
-from backend.services.orchestrator import TurnSnapshot
+from backend.services.dispatch import TurnSnapshot
 from backend.services.pending.core import trusted
 from tests.lifecycle.support import Kind, new_session, recording
 from tests.resume.support import resuming, turn_rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
+from backend.lru import LRU
 from backend.services import orchestrator
 from backend.services.pending.core import trusted
 from tests.lifecycle.support import new_session, yes
@@ -39,8 +40,8 @@ async def test_admission_locks_and_accepted_turns_are_let_go_once_each_answer_re
 
 
 def test_own_turns_keep_only_the_newest() -> None:
-    recent = orchestrator.RecentTurns(3)
+    recent: LRU[str, None] = LRU(3)
     for i in range(10):
-        recent.add(f"t{i}")
+        recent.put(f"t{i}", None)
     assert len(recent) == 3
     assert [f"t{i}" in recent for i in range(10)] == [False] * 7 + [True] * 3

@@ -214,8 +214,9 @@ class PendingActions:
 
     # --- cancel ---------------------------------------------------------------------------------
 
-    async def cancel(self, pending_id: str, *, authorize: Authorize) -> bool:
-        """Cancel a request still owned by a live waiter; False for anything else (nothing written)."""
+    async def cancel(self, pending_id: str, *, authorize: Authorize, detached_too: bool = False) -> bool:
+        """Cancel a request still owned by a live waiter (`detached_too`: or one still open with none,
+        as an MCP task's is between its client's polls); False for anything else (nothing written)."""
         async with uow(self.deps) as w:
             conn = w.conn
             session_id = await repo.session_of_bundle(conn, pending_id)
@@ -226,7 +227,12 @@ class PendingActions:
             if bundle is None:
                 return False
             authorize(bundle.task_id, bundle.session_id)
-            if bundle.state != BundleState.ACTIVE_LIVE:
+            open_states = (
+                {BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED}
+                if detached_too
+                else {BundleState.ACTIVE_LIVE}
+            )
+            if bundle.state not in open_states:
                 return False
             changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
             if changed:

@@ -19,12 +19,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("tasks") as batch:
-        batch.add_column(sa.Column("project", sa.Text(), nullable=True))
+    op.add_column("tasks", sa.Column("project", sa.Text(), nullable=True))
     op.create_index("ix_tasks_project", "tasks", ["project"])
 
 
 def downgrade() -> None:
     op.drop_index("ix_tasks_project", table_name="tasks")
-    with op.batch_alter_table("tasks") as batch:
-        batch.drop_column("project")
+    # A plain DROP COLUMN on both dialects (SQLite has it since 3.35): a batch copy of `tasks` would
+    # drop the table, and with it, by their foreign keys, every session and message of every task.
+    op.execute("ALTER TABLE tasks DROP COLUMN project")
