@@ -207,16 +207,21 @@ def candidates_of(found: Sequence[Any]) -> tuple[list[RuleRecord], str | None]:
     return in_evaluation_order(rules), found[0].project
 
 
-async def candidates(
-    conn: AsyncConnection, session_id: str, tool_name: str, tool_input: Any
-) -> list[RuleRecord]:
-    """The rules that may decide this request, as the ask's context statement reads them."""
-    here = (
+def _session_here(session_id: str) -> Any:
+    """The session's id, task and project, as a subquery the rules are joined to."""
+    return (
         select(S.c.id, S.c.task_id, T.c.project)
         .join(T, T.c.id == S.c.task_id)
         .where(S.c.id == session_id)
         .subquery()
     )
+
+
+async def candidates(
+    conn: AsyncConnection, session_id: str, tool_name: str, tool_input: Any
+) -> list[RuleRecord]:
+    """The rules that may decide this request, as the ask's context statement reads them."""
+    here = _session_here(session_id)
     found = await conn.execute(
         select(here.c.project, *CANDIDATE_COLUMNS).select_from(
             R.join(here, candidates_on(here.c.id, here.c.task_id, here.c.project))
@@ -231,12 +236,7 @@ async def candidates(
 
 async def for_session(conn: AsyncConnection, session_id: str) -> list[RuleRecord]:
     """Every rule that applies to the session now, whatever its scope, in evaluation order."""
-    here = (
-        select(S.c.id, S.c.task_id, T.c.project)
-        .join(T, T.c.id == S.c.task_id)
-        .where(S.c.id == session_id)
-        .subquery()
-    )
+    here = _session_here(session_id)
     found = await conn.execute(
         select(R)
         .select_from(R.join(here, applicable(here.c.id, here.c.task_id, here.c.project)))

@@ -389,3 +389,29 @@ async def test_rules_remembered_before_patterns_still_decide_after_the_upgrade(o
     finally:
         await client.aclose()
         server.stop()
+
+
+@pytest.mark.parametrize("role", ["agent", "support"])
+async def test_an_agent_or_a_reader_of_the_task_writes_no_rule(
+    server: Server, admin: Client, role: str
+) -> None:
+    task_id = await new_task(admin)
+    session_id = await new_session(admin, task_id)
+    name = f"{role}-{uuid.uuid4().hex[:8]}"
+    _, token = await token_for(admin, role, name=name, session_id=session_id if role == "agent" else None)
+    client = Client(server.base_url, token)
+    try:
+        add_it = {"p": "Bash", "b": "ALLOW", "s": "SESSION", "id": session_id, "e": None}
+        assert (await refused(client, ADD, add_it))[0] == "FORBIDDEN"
+        import_it = {"x": {"allow": ["Bash"]}, "s": "TASK", "id": task_id}
+        assert (await refused(client, IMPORT, import_it))[0] == "FORBIDDEN"
+        # Reading is reading: the session's rules and the task's block.
+        assert await rules_of(client, session_id) == []
+        assert (await client.execute(SETTINGS, {"s": "TASK", "id": task_id}))["permissionSettings"] == {
+            "allow": [],
+            "ask": [],
+            "deny": [],
+        }
+    finally:
+        await client.aclose()
+    assert await rules_of(admin, session_id) == []

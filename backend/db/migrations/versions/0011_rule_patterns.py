@@ -56,6 +56,8 @@ RULES = sa.table(
     sa.column("created_at", sa.DateTime(timezone=True)),
 )
 ANY_INPUT = ""
+# The columns of a rule both shapes have (and read here).
+KEPT = ("id", "session_id", "tool_name", "input_key", "input", "input_json")
 UNIQUE = "uq_permission_rules_session_id_tool_name_input_key"
 
 
@@ -107,16 +109,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("scope_id", sa.Text(), nullable=True))
         batch.add_column(sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True))
     bind = op.get_bind()
-    found = bind.execute(
-        sa.select(
-            RULES.c.id,
-            RULES.c.session_id,
-            RULES.c.tool_name,
-            RULES.c.input_key,
-            RULES.c.input,
-            RULES.c.input_json,
-        )
-    ).all()
+    found = bind.execute(sa.select(*(RULES.c[name] for name in KEPT))).all()
     for row in found:
         any_input = row.input_key == ANY_INPUT
         pattern, exact = _carried(row.tool_name, None if any_input else _stored_input(row), any_input)
@@ -156,18 +149,9 @@ def _old_shape(row: Any) -> tuple[str, Any] | None:
 
 def downgrade() -> None:
     bind = op.get_bind()
+    added = ("pattern", "behavior", "scope")
     found = bind.execute(
-        sa.select(
-            RULES.c.id,
-            RULES.c.session_id,
-            RULES.c.tool_name,
-            RULES.c.input_key,
-            RULES.c.input,
-            RULES.c.input_json,
-            RULES.c.pattern,
-            RULES.c.behavior,
-            RULES.c.scope,
-        ).order_by(RULES.c.created_at, RULES.c.id)
+        sa.select(*(RULES.c[name] for name in KEPT + added)).order_by(RULES.c.created_at, RULES.c.id)
     ).all()
     taken: set[tuple[str, str, str]] = set()
     for row in found:
