@@ -10,7 +10,6 @@ project's, whoever may read one of its tasks; the global rules, anyone signed in
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import logging
 import math
@@ -37,6 +36,7 @@ from backend.domain.rule_patterns import (
     parse_settings,
 )
 from backend.domain.rule_scopes import BEHAVIOR_ORDER, RuleBehavior, RuleRecord, Scope
+from backend.lru import LRU
 from backend.repository import permission_rules as repo
 from backend.repository import tasks
 from backend.repository.permission_rules import NewRule
@@ -64,13 +64,33 @@ class RuleAccess:
 # --- which rule decides a request ---------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=4096)
-def _parsed(text: str) -> RulePattern | None:
-    """A stored pattern, parsed once per process (patterns are immutable text)."""
+# The rules compiled for recent asks, by their (behavior, pattern) in evaluation order: the same
+# candidates ask after ask (a project's block, say) are compiled once.
+_COMPILED: LRU[tuple[tuple[str, str], ...], RuleSet] = LRU(256)
+
+
+def _parsed(rule: RuleRecord) -> RulePattern | None:
+    """A stored pattern as the matcher reads it (`parse_pattern` keeps what it read)."""
     try:
-        return parse_pattern(text)
-    except PatternError:
+        return parse_pattern(rule.pattern)
+    except PatternError:  # stored by a version that read it otherwise: it decides nothing here
+        log.warning(
+            "a stored permission rule could not be read",
+            extra={"event": "permission.rule_unreadable", "rule_id": rule.id},
+        )
         return None
+
+
+def _compiled(rules: Sequence[RuleRecord]) -> tuple[RuleSet, list[RuleRecord]]:
+    """`rules` compiled (each decision's handle is its place in the list returned)."""
+    readable = [(r, p) for r, p in ((r, _parsed(r)) for r in rules) if p is not None]
+    key = tuple((r.behavior.value, p.text) for r, p in readable)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        entries = [(Behavior(r.behavior.value), p, i) for i, (r, p) in enumerate(readable)]
+        compiled = RuleSet.compile(entries)
+        _COMPILED.put(key, compiled)
+    return compiled, [r for r, _ in readable]
 
 
 def deciding_rule(
@@ -81,24 +101,12 @@ def deciding_rule(
     name, or one exact input, which the candidates' statement compared already) matches as it is; every
     other pattern is matched by `rule_patterns`."""
     direct = [r for r in rules if r.tool_name == tool_name and (r.exact or r.pattern == tool_name)]
-    entries = []
-    for rule in rules:
-        if rule.tool_name == tool_name and (rule.exact or rule.pattern == tool_name):
-            continue
-        parsed = _parsed(rule.pattern)
-        if parsed is None:  # stored by a version that read it otherwise: it decides nothing here
-            log.warning(
-                "a stored permission rule could not be read",
-                extra={"event": "permission.rule_unreadable", "rule_id": rule.id},
-            )
-            continue
-        entries.append((Behavior(rule.behavior.value), parsed, rule))
-    decided = (
-        RuleSet.compile(entries).decide(tool_name, tool_input, project=project, home=None)
-        if entries
-        else None
-    )
-    found: RuleRecord | None = None if decided is None else decided[1]
+    others = [r for r in rules if not (r.tool_name == tool_name and (r.exact or r.pattern == tool_name))]
+    found: RuleRecord | None = None
+    if others:
+        compiled, readable = _compiled(others)
+        decided = compiled.decide(tool_name, tool_input, project=project, home=None)
+        found = None if decided is None else readable[decided[1]]
     first = direct[0] if direct else None  # in evaluation order already
     if first is not None and (
         found is None or BEHAVIOR_ORDER[first.behavior] < BEHAVIOR_ORDER[found.behavior]
@@ -344,7 +352,7 @@ class PermissionRules:
         async with self.deps.db.read() as conn:
             await authorize_scope(conn, scope, scope_id, access, write=False)
             found = await repo.in_scope(conn, scope, scope_id)
-        readable = [(r, _parsed(r.pattern)) for r in found if not r.exact]
+        readable = [(r, _parsed(r)) for r in found if not r.exact]
         block: dict[str, Any] = export_settings(
             [(Behavior(r.behavior.value), p) for r, p in readable if p is not None]
         )
