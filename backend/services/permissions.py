@@ -166,16 +166,7 @@ class Permissions:
         if behavior not in (ALLOW, DENY):
             raise InvalidInput("behavior", "must be ALLOW or DENY")
         how = remember_as or RememberAs()
-        if how != RememberAs() and not sent.remember:
-            raise InvalidInput("rememberPattern", "needs remember: true")
-        pattern = None if how.pattern is None else pattern_of(how.pattern, "rememberPattern")
-        if sent.remember and how.pattern is not None and sent.remember_any_input:
-            raise InvalidInput(
-                "rememberAnyInput", "goes without a rememberPattern (the pattern says what it allows)"
-            )
-        expires_at = expiry_of(how.expires_in, "rememberExpiresInSeconds")
-        if how.scope == Scope.GLOBAL and sent.remember and not admin:
-            raise Forbidden("only an admin may remember a GLOBAL rule")
+        pattern, expires_at = _remembering(sent, how, admin=admin)
 
         def check(bundle: Bundle) -> Mapping[str, Answer | Decision]:
             request = present(request_of(bundle.rows[0].metadata), f"tool request of {pending_id}")
@@ -219,6 +210,27 @@ class Permissions:
     async def revoke(self, rule_id: str, *, authorize: Authorize, admin: bool = False) -> bool:
         """Remove a rule; False when there is none (or the caller may not see it)."""
         return await PermissionRules(self.lifecycle.deps).revoke(rule_id, _access(authorize, admin=admin))
+
+
+def _remembering(sent: Sent, how: RememberAs, *, admin: bool) -> tuple[RulePattern | None, Any]:
+    """The pattern and expiry of the rule a decision remembers, or InvalidInput (Forbidden for a
+    GLOBAL rule of a person who is no admin) before anything is written."""
+    if not sent.remember:
+        for given, name in (
+            (how.pattern is not None, "rememberPattern"),
+            (how.scope != Scope.SESSION, "rememberScope"),
+            (how.expires_in is not None, "rememberExpiresInSeconds"),
+        ):
+            if given:
+                raise InvalidInput(name, "needs remember: true")
+    pattern = None if how.pattern is None else pattern_of(how.pattern, "rememberPattern")
+    if pattern is not None and sent.remember_any_input:
+        raise InvalidInput(
+            "rememberAnyInput", "goes without a rememberPattern (the pattern says what it allows)"
+        )
+    if how.scope == Scope.GLOBAL and sent.remember and not admin:
+        raise Forbidden("only an admin may remember a GLOBAL rule")
+    return pattern, expiry_of(how.expires_in, "rememberExpiresInSeconds")
 
 
 def _access(authorize: Authorize, *, admin: bool) -> RuleAccess:

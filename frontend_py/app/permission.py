@@ -153,7 +153,9 @@ class PermissionCard(Card):
             "remember": action == "perm-always",
             "rememberAnyInput": False,
             "rememberPattern": None if picked is None else picked.get("pattern"),
-            "rememberScope": str(self.draft.get("scope") or "SESSION") if picked is not None else "SESSION",
+            "rememberScope": str(self.draft.get("scope") or "SESSION")
+            if action == "perm-always"
+            else "SESSION",
         }
         if action == "perm-deny":
             variables["message"] = (self.draft.get("reason") or "").strip() or None

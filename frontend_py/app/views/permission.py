@@ -106,13 +106,33 @@ def chosen(request: dict[str, Any], draft: dict[str, Any]) -> dict[str, Any] | N
     return suggestions[index] if 0 <= index < len(suggestions) else None
 
 
-def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> str:
-    """ "Always allow": the rules this request suggests (this exact call, the command's prefix, the
-    file's folder, the tool), where it applies, and for a rule that lets any input of a tool through,
-    the warning that asks once more."""
-    suggestions = request.get("suggestions") or []
-    choice = int(draft.get("choice") or 0)
-    scope = str(draft.get("scope") or "SESSION")
+def scope_buttons(action: str, prefix: str, chosen_scope: str, has_project: bool, disabled: str) -> str:
+    """One pressed button per scope a rule may have here (``<prefix>-<scope>`` test ids)."""
+    buttons = []
+    for value, label in SCOPES:
+        if value == "PROJECT" and not has_project:
+            continue
+        buttons.append(
+            '<button type="button" class="perm-scope" data-action="'
+            + action
+            + '" data-scope="'
+            + value
+            + '" data-testid="'
+            + prefix
+            + "-"
+            + value.lower()
+            + '" aria-pressed="'
+            + ("true" if value == chosen_scope else "false")
+            + '"'
+            + disabled
+            + ">"
+            + label
+            + "</button>"
+        )
+    return "".join(buttons)
+
+
+def _choices(suggestions: list[dict[str, Any]], choice: int, disabled: str) -> str:
     options = []
     for index, suggestion in enumerate(suggestions):
         options.append(
@@ -134,23 +154,17 @@ def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> s
             + ('<span class="perm-broad">any input</span>' if suggestion.get("broad") else "")
             + "</button>"
         )
-    scopes = []
-    for value, label in SCOPES:
-        if value == "PROJECT" and not draft.get("project"):
-            continue
-        scopes.append(
-            '<button type="button" class="perm-scope" data-action="perm-scope" data-scope="'
-            + value
-            + '" data-testid="permission-scope-'
-            + value.lower()
-            + '" aria-pressed="'
-            + ("true" if value == scope else "false")
-            + '"'
-            + disabled
-            + ">"
-            + label
-            + "</button>"
-        )
+    return "".join(options)
+
+
+def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> str:
+    """ "Always allow": the rules this request suggests (this exact call, the command's prefix, the
+    file's folder, the tool), where it applies, and for a rule that lets any input of a tool through,
+    the warning that asks once more."""
+    suggestions = request.get("suggestions") or []
+    options = _choices(suggestions, int(draft.get("choice") or 0), disabled)
+    scope = str(draft.get("scope") or "SESSION")
+    scopes = scope_buttons("perm-scope", "permission-scope", scope, bool(draft.get("project")), disabled)
     picked = chosen(request, draft)
     where = dict(SCOPES).get(scope, "This session").lower()
     if picked is not None and picked.get("broad") and draft.get("confirming"):
@@ -165,13 +179,13 @@ def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> s
         '<p class="perm-label" id="perm-rules-label">Always allow</p>'
         + (
             '<div class="perm-choices" role="group" aria-labelledby="perm-rules-label" '
-            'data-testid="permission-suggestions">' + "".join(options) + "</div>"
+            'data-testid="permission-suggestions">' + options + "</div>"
             if options
             else ""
         )
         + '<div class="perm-scopes" role="group" aria-labelledby="perm-scopes-label" '
         'data-testid="permission-scopes"><span class="perm-hint" id="perm-scopes-label">Where:</span>'
-        + "".join(scopes)
+        + scopes
         + "</div>"
         + action
         + "</div>"

@@ -3,7 +3,7 @@ it does, where it applies, what it decided here) with Revoke; and the form that 
 settings block into a scope or shows a scope's block to copy."""
 
 from frontend_py.app.views.parts import esc
-from frontend_py.app.views.permission import SCOPE_NAMES
+from frontend_py.app.views.permission import SCOPE_NAMES, scope_buttons
 
 try:
     from typing import Any
@@ -11,8 +11,6 @@ except ImportError:  # MicroPython: annotations are never evaluated there
     pass
 
 BEHAVIOR_NAMES = {"ALLOW": "Allow", "ASK": "Ask", "DENY": "Deny"}
-# The scopes the panel imports into and exports from (global rules are an admin's, through the API).
-MANAGED = (("SESSION", "This session"), ("TASK", "This task"), ("PROJECT", "This project"))
 
 
 def _decided(rule: dict[str, Any]) -> str:
@@ -97,23 +95,7 @@ def manage(state: dict[str, Any], has_project: bool) -> str:
         return '<div class="rules-manage">' + head + "</div>"
     busy = " disabled" if state.get("busy") else ""
     scope = str(state.get("scope") or "SESSION")
-    scopes = "".join(
-        '<button type="button" class="perm-scope" data-action="rules-scope" data-scope="'
-        + value
-        + '" data-testid="rules-scope-'
-        + value.lower()
-        + '" aria-pressed="'
-        + ("true" if value == scope else "false")
-        + '"'
-        + busy
-        + ">"
-        + label
-        + "</button>"
-        for value, label in MANAGED
-        if value != "PROJECT" or has_project
-    )
-    error = state.get("error")
-    done = state.get("done")
+    scopes = scope_buttons("rules-scope", "rules-scope", scope, has_project, busy)
     block = state.get("block")
     return (
         '<div class="rules-manage">' + head + '<div id="rules-form" class="rules-form">'
@@ -121,7 +103,31 @@ def manage(state: dict[str, Any], has_project: bool) -> str:
         'data-testid="rules-scopes">'
         '<span class="perm-hint" id="rules-scopes-label">Rules of:</span>'
         + scopes
-        + '</div><label class="perm-field" for="rules-import">Paste a Claude Code settings block '
+        + "</div>"
+        + _import(state)
+        + '<div class="rules-actions"><button type="button" class="btn primary small" '
+        'data-action="rules-import" data-testid="rules-import-submit"'
+        + busy
+        + '>Import</button><button type="button" class="btn ghost small" data-action="rules-export" '
+        'data-testid="rules-export-show"'
+        + busy
+        + ">Show the block to copy</button></div>"
+        + (
+            '<pre class="rules-block" tabindex="0" aria-label="The settings block of these rules" '
+            'data-testid="rules-export-block">' + esc(block) + "</pre>"
+            if block is not None
+            else ""
+        )
+        + "</div></div>"
+    )
+
+
+def _import(state: dict[str, Any]) -> str:
+    """The box a settings block is pasted into, with what became of the last import."""
+    error = state.get("error")
+    done = state.get("done")
+    return (
+        '<label class="perm-field" for="rules-import">Paste a Claude Code settings block '
         '<span class="perm-hint">(its "permissions": allow, ask, deny)</span></label>'
         '<textarea id="rules-import" class="custom rules-import" rows="4" spellcheck="false" '
         'autocapitalize="off" data-testid="rules-import-text" placeholder=\'{"permissions": {"allow": '
@@ -142,20 +148,6 @@ def manage(state: dict[str, Any], has_project: bool) -> str:
             if done
             else ""
         )
-        + '<div class="rules-actions"><button type="button" class="btn primary small" '
-        'data-action="rules-import" data-testid="rules-import-submit"'
-        + busy
-        + '>Import</button><button type="button" class="btn ghost small" data-action="rules-export" '
-        'data-testid="rules-export-show"'
-        + busy
-        + ">Show the block to copy</button></div>"
-        + (
-            '<pre class="rules-block" tabindex="0" aria-label="The settings block of these rules" '
-            'data-testid="rules-export-block">' + esc(block) + "</pre>"
-            if block is not None
-            else ""
-        )
-        + "</div></div>"
     )
 
 
