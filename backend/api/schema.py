@@ -23,7 +23,7 @@ from backend.api.clarifications import (
 )
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
-from backend.api.needs_you import NeedsYouQueries
+from backend.api.needs_you import NeedsYouQueries, NeedsYouSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
@@ -55,7 +55,11 @@ class Mutation(
 
 @strawberry.type
 class Subscription(
-    AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions, PermissionSubscriptions
+    AgentSubscriptions,
+    LiveSubscriptions,
+    ClarificationSubscriptions,
+    PermissionSubscriptions,
+    NeedsYouSubscriptions,
 ):
     pass
 

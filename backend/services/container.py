@@ -14,6 +14,7 @@ from backend.services.context import Deps
 from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.needs_you import NeedsYou
+from backend.services.needs_you_live import NeedsYouHub
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
 from backend.services.pending.actions import PendingActions
@@ -61,6 +62,7 @@ class Services:
     resume_recovery: ReservationRecovery
     inbox: Inbox
     needs_you: NeedsYou
+    needs_you_live: NeedsYouHub
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -95,6 +97,7 @@ class Services:
             on_asked=reach,
         )
         live = LiveHub(deps, summaries)
+        needs_you = NeedsYou(deps, waiters)
         # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
         live.bundle_sessions.append(pending.remember_session)
         return cls(
@@ -115,5 +118,6 @@ class Services:
             watchdogs=watchdogs,
             resume_recovery=resume_recovery,
             inbox=inbox,
-            needs_you=NeedsYou(deps, waiters),
+            needs_you=needs_you,
+            needs_you_live=NeedsYouHub(deps, needs_you),
         )
