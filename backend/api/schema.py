@@ -21,6 +21,7 @@ from backend.api.clarifications import (
     ClarificationQueries,
     ClarificationSubscriptions,
 )
+from backend.api.decisions import DecisionQueries
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
 from backend.api.needs_you import NeedsYouQueries, NeedsYouSubscriptions
@@ -36,7 +37,13 @@ log = logging.getLogger("turnwise.api")
 
 @strawberry.type
 class Query(
-    OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries, ReachQueries, NeedsYouQueries
+    OperationQueries,
+    AccessQueries,
+    ClarificationQueries,
+    PermissionQueries,
+    ReachQueries,
+    NeedsYouQueries,
+    DecisionQueries,
 ):
     pass
 

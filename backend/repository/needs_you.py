@@ -180,7 +180,7 @@ def _collect(found: Any) -> list[SessionFacts]:
         pending = []
         for pending_id in pending_ids:
             first, rows_ = facts[pending_id]
-            rows_.sort(key=lambda r: (_index(r), r.id))
+            rows_.sort(key=question_order)
             pending.append(
                 PendingFacts(
                     pending_id=pending_id,
@@ -197,9 +197,10 @@ def _collect(found: Any) -> list[SessionFacts]:
     return out
 
 
-def _index(row: BundleRow) -> int:
+def question_order(row: BundleRow) -> tuple[int, str]:
+    """A bundle's rows in the order of its questions."""
     value = row.metadata.get("question_index")
-    return value if isinstance(value, int) else 0
+    return (value if isinstance(value, int) else 0, row.id)
 
 
 def oldest_first(sessions: Sequence[SessionFacts]) -> list[PendingFacts]:

@@ -11,6 +11,7 @@ from backend.executors.webhook import WebhookExecutor
 from backend.repository import tasks
 from backend.services.access import Access
 from backend.services.context import Deps
+from backend.services.decisions import Decisions
 from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.needs_you import NeedsYou
@@ -63,6 +64,7 @@ class Services:
     inbox: Inbox
     needs_you: NeedsYou
     needs_you_live: NeedsYouHub
+    decisions: Decisions
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -120,4 +122,5 @@ class Services:
             inbox=inbox,
             needs_you=needs_you,
             needs_you_live=NeedsYouHub(deps, needs_you),
+            decisions=Decisions(deps),
         )
