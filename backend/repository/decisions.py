@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, case, func, not_, select, true
+from sqlalchemy import BindParameter, ColumnElement, Integer, and_, bindparam, case, func, not_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.tables import task_session_messages as M
@@ -96,7 +96,7 @@ def _statement(where: ColumnElement[bool]) -> Any:
         .select_from(bundles.join(scope, scope.c.id == bundles.c.session_id))
         .where(not_(still_active))
         .order_by(decided_at.desc(), bundles.c.pending_id.desc())
-        .limit(bindparam("b_first"))
+        .limit(bindparam("b_first", type_=Integer))
         .cte("decided")
     )
     rows = M.alias("bundle_row")

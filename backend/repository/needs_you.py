@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, Select, and_, bindparam, func, select
+from sqlalchemy import BindParameter, ColumnElement, Integer, Select, and_, bindparam, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.tables import open_pending_rows as OPEN
@@ -98,7 +98,7 @@ def _bundles(base: Any, *, limited: bool) -> Any:
         .group_by(M.c.pending_id, base.c.id, M.c.type)
     )
     if limited:
-        found = found.order_by(asked_at, M.c.pending_id).limit(bindparam("b_first"))
+        found = found.order_by(asked_at, M.c.pending_id).limit(bindparam("b_first", type_=Integer))
     return found.cte("waiting")
 
 
