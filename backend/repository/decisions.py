@@ -29,7 +29,7 @@ from backend.repository.authority import (
     is_pending_status,
     session_is_live,
 )
-from backend.repository.needs_you import question_order
+from backend.repository.needs_you import custom_plans, question_order
 from backend.repository.pending_rows import BUNDLE_ROW_COLUMNS, bundle_row
 
 
@@ -154,6 +154,7 @@ async def settled(
     else:
         scope = "all"
     found: dict[str, tuple[Any, list[BundleRow]]] = {}
+    await custom_plans(conn)
     for row in await conn.execute(_BY_SCOPE[scope], params):
         entry = found.get(row.decided_pending_id)
         if entry is None:
