@@ -211,7 +211,7 @@ async def inbox_bench(dialect: str) -> dict[str, Any]:
         }
     finally:
         await bus.disconnect()
-        await drop()
+        await dropped(drop)
 
 
 async def until(watchers: list[InboxWatcher], wanted: Any) -> None:
@@ -308,7 +308,16 @@ async def fanout_bench(dialect: str) -> dict[str, Any]:
         await services.needs_you_live.stop()
         await services.waiters.stop()
         await bus.disconnect()
+        await dropped(drop)
+
+
+async def dropped(drop: Any) -> None:
+    """The run's database dropped; a drop that fails (a loaded machine's timeout) leaves it behind
+    with a warning rather than losing the figures."""
+    try:
         await drop()
+    except Exception as exc:  # noqa: BLE001 - reported, and the figures are kept
+        print(f"warning: the bench database was not dropped: {exc!r}"[:300], file=sys.stderr)
 
 
 async def all_benches() -> dict[str, Any]:
