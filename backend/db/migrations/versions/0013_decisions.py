@@ -8,7 +8,7 @@ pending-action rows through `ix_messages_session_pending` (only rows with a `pen
 columns no claim or settle changes, so those stay heap-only updates on PostgreSQL).
 
 Revision ID: 0013
-Revises: 0009
+Revises: 0012
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0009"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
@@ -43,5 +43,6 @@ def downgrade() -> None:
         sqlite_where=sa.text("pending_id IS NOT NULL"),
         postgresql_where=sa.text("pending_id IS NOT NULL"),
     )
-    with op.batch_alter_table(M, schema=None) as batch_op:
-        batch_op.drop_column("decided_by")
+    # A plain DROP COLUMN on both dialects (SQLite has it since 3.35): a batch copy of the messages
+    # table would drop it, and with it, through their foreign keys, the rows that reference it.
+    op.execute(f"ALTER TABLE {M} DROP COLUMN decided_by")
