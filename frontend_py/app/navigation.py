@@ -17,7 +17,7 @@ PHONE_MEDIA = "(max-width: 767px)"
 
 
 def parse_route(path: str) -> tuple[str | None, str | None]:
-    """``/t/<task>`` and ``/t/<task>/s/<session>``; anything else is the task list."""
+    """``/t/<task>`` and ``/t/<task>/s/<session>``; anything else (``/``, ``/inbox``) is the inbox."""
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "t":
         if len(parts) >= 4 and parts[2] == "s":
@@ -60,6 +60,7 @@ class Navigation:
             "drawer-toggle": lambda _target: self.set_drawer(not self.drawer_open),
             "drawer-close": lambda _target: self.set_drawer(False),
             "task-home": self._on_task_home,
+            "inbox": self._on_inbox,
         }
 
     def _on_task(self, target: Any) -> None:
@@ -72,6 +73,10 @@ class Navigation:
         session_id = attr(target, "data-session-id")
         if task_id and session_id:
             self.go(session_route(task_id, session_id))
+
+    def _on_inbox(self, _target: Any) -> None:
+        self.set_drawer(False)
+        self.go("/")
 
     def _on_task_home(self, _target: Any) -> None:
         if self.page.route_task:

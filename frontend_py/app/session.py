@@ -53,8 +53,8 @@ class SessionPane:
         task_id = page.route_task
         task = page.store.task(task_id) if task_id else None
         if task_id is None or task is None:
-            message = "Choose a task to see its sessions." if not task_id else "This task is not available."
-            page.set_html("task-head", tasks.home(message))
+            # No task open: the inbox shows instead (inbox.py); a task this page does not have says so.
+            page.set_html("task-head", "" if not task_id else tasks.home("This task is not available."))
             page.set_html("tabs", "")
             page.set_html("rules", "")
             page.set_html("transcript", "")
