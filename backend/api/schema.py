@@ -23,6 +23,7 @@ from backend.api.clarifications import (
 )
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
+from backend.api.needs_you import NeedsYouQueries
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
@@ -34,7 +35,9 @@ log = logging.getLogger("turnwise.api")
 
 
 @strawberry.type
-class Query(OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries, ReachQueries):
+class Query(
+    OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries, ReachQueries, NeedsYouQueries
+):
     pass
 
 

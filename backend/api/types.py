@@ -177,6 +177,7 @@ class ClarificationBundle:
     turn_id: strawberry.ID | None
     state: ClarificationBundleState
     context: str | None
+    asked_at: dt.datetime = strawberry.field(description="When the agent asked.")
     # The stored rows; their questions are read only when a client selects them (an agent's ask
     # and a respond usually select the bundle's id alone).
     rows: strawberry.Private[tuple[BundleRow, ...]]
@@ -195,6 +196,7 @@ class ClarificationBundle:
             turn_id=None if b.turn_id is None else strawberry.ID(b.turn_id),
             state=ClarificationBundleState(b.state.value),
             context=b.context,
+            asked_at=b.asked_at,
             rows=b.rows,
         )
 
@@ -269,6 +271,7 @@ class PermissionRequest:
     context: str | None
     agent_disconnected: bool
     decision: PermissionDecision | None
+    asked_at: dt.datetime = strawberry.field(description="When the agent asked.")
 
     @classmethod
     def of(cls, b: Bundle) -> PermissionRequest:
@@ -288,6 +291,7 @@ class PermissionRequest:
             context=b.context,
             agent_disconnected=row.metadata.get("agent_disconnected") is True,
             decision=None if decision is None else PermissionDecision.of(decision),
+            asked_at=b.asked_at,
         )
 
 

@@ -7,6 +7,7 @@ reads through the one current-turn rule; the respond contract is one explicit de
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import hashlib
 import json
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from backend.domain.clarification import flag, status_of
-from backend.domain.errors import InvalidInput
+from backend.domain.errors import BrokenInvariant, InvalidInput
 from backend.domain.names import plain_name
 from backend.domain.permissions import PERMISSION_KEY, Decision, PermissionSpec
 from backend.domain.states import (
@@ -175,6 +176,8 @@ class BundleRow:
     session_id: str
     turn_id: str
     metadata: dict[str, Any]
+    # When the row was written: its bundle's ask (None only where a row is built without it).
+    created_at: dt.datetime | None = None
 
     @property
     def status(self) -> str:
@@ -264,6 +267,14 @@ class Bundle:
         if self.rows and PERMISSION_KEY in self.rows[0].metadata:
             return PendingActionKind.PERMISSION
         return PendingActionKind.CLARIFICATION
+
+    @property
+    def asked_at(self) -> dt.datetime:
+        """When the agent asked: the bundle's rows are written together, by its ask."""
+        times = [r.created_at for r in self.rows if r.created_at is not None]
+        if not times:
+            raise BrokenInvariant(f"bundle {self.pending_id} was read without its rows' times")
+        return min(times)
 
     @property
     def context(self) -> str | None:

@@ -73,6 +73,7 @@ def _bundle_facts(where: ColumnElement[bool]) -> Any:
             M.c.id,
             M.c.session_id,
             M.c.turn_id,
+            M.c.created_at,
             *message_fields.COLUMNS,
             S.c.task_id,
             S.c.state,

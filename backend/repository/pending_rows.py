@@ -55,11 +55,15 @@ def bound(session_id: str, pending_id: str | None = None) -> dict[str, str]:
 
 
 # What a statement returning bundle rows returns (`bundle_row` reads these).
-BUNDLE_ROW_COLUMNS = (M.c.id, M.c.session_id, M.c.turn_id, *message_fields.COLUMNS)
+BUNDLE_ROW_COLUMNS = (M.c.id, M.c.session_id, M.c.turn_id, M.c.created_at, *message_fields.COLUMNS)
 
 
 def bundle_row(row: Any) -> BundleRow:
     m = row._mapping
     return BundleRow(
-        m["id"], m["session_id"], m["turn_id"], message_fields.metadata_of(m, where=f"message {m['id']}")
+        m["id"],
+        m["session_id"],
+        m["turn_id"],
+        message_fields.metadata_of(m, where=f"message {m['id']}"),
+        m["created_at"],
     )

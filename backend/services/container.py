@@ -13,6 +13,7 @@ from backend.services.access import Access
 from backend.services.context import Deps
 from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
+from backend.services.needs_you import NeedsYou
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
 from backend.services.pending.actions import PendingActions
@@ -59,6 +60,7 @@ class Services:
     watchdogs: Watchdogs
     resume_recovery: ReservationRecovery
     inbox: Inbox
+    needs_you: NeedsYou
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -113,4 +115,5 @@ class Services:
             watchdogs=watchdogs,
             resume_recovery=resume_recovery,
             inbox=inbox,
+            needs_you=NeedsYou(deps, waiters),
         )

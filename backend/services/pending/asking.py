@@ -251,7 +251,7 @@ class Asking:
             turn_id=turn_id,
             session_state=SessionState.WAITING_FOR_INPUT.value,
             current_turn_id=turn_id,
-            rows=tuple(BundleRow(r.id, r.session_id, r.turn_id, r.metadata) for r in records),
+            rows=tuple(BundleRow(r.id, r.session_id, r.turn_id, r.metadata, r.created_at) for r in records),
             waiter_alive=hub.alive(hub.instance_id, waiter.waiter_id, None),
         )
 

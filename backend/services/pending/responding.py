@@ -505,6 +505,6 @@ def _finalized(after: Bundle, claim: Claim) -> Bundle:
         if r.id in claim.message_ids:
             md = {k: v for k, v in r.metadata.items() if k != INTENT_KEY}
             md[CLAIM_KEY] = claim.claim_id
-            r = BundleRow(r.id, r.session_id, r.turn_id, md)
+            r = replace(r, metadata=md)
         rows.append(r)
     return replace(after, rows=tuple(rows))

@@ -1,0 +1,75 @@
+"""Needs you: the caller's actionable pending actions across every task it may read, oldest first.
+
+`inbox(first)` reads them; `inboxChanged` sends the list at once, then again after every change to
+it. A person sees the tasks granted to them, admin and support every task; an agent token (and any
+other role that is not a person's) is refused, as the other person-facing queries refuse it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import strawberry
+from strawberry.types import Info
+
+from backend.api import access
+from backend.api.auth import Principal
+from backend.api.context import Context
+from backend.api.types import ClarificationBundle, PermissionRequest
+from backend.domain.errors import Forbidden
+from backend.domain.states import PendingActionKind
+from backend.services.needs_you import DEFAULT_FIRST, NeedsYouItem
+
+PEOPLE = ("user", "admin", "support")
+
+
+def person_scope(principal: Principal) -> frozenset[str] | None:
+    """The tasks whose pending actions the caller may see (None: every task); Forbidden unless the
+    caller is a person."""
+    if principal.role not in PEOPLE:
+        raise Forbidden(f"the {principal.role} role has no inbox: it is a person's list")
+    return access.readable_task_ids(principal)
+
+
+@strawberry.type(description="A pending action that waits for the caller.")
+class InboxItem:
+    pending_id: strawberry.ID
+    kind: PendingActionKind
+    task_id: strawberry.ID
+    task_title: str
+    session_id: strawberry.ID
+    asked_at: dt.datetime
+    agent_waiting: bool = strawberry.field(
+        description="An agent holds a live wait for it now (false: detached; an answer resumes it later)."
+    )
+    clarification: ClarificationBundle | None = strawberry.field(description="Kind CLARIFICATION.")
+    permission: PermissionRequest | None = strawberry.field(description="Kind PERMISSION.")
+
+    @classmethod
+    def of(cls, item: NeedsYouItem) -> InboxItem:
+        bundle = item.bundle
+        questions = item.kind == PendingActionKind.CLARIFICATION
+        return cls(
+            pending_id=strawberry.ID(bundle.pending_id),
+            kind=item.kind,
+            task_id=strawberry.ID(bundle.task_id),
+            task_title=item.task_title,
+            session_id=strawberry.ID(bundle.session_id),
+            asked_at=bundle.asked_at,
+            agent_waiting=item.agent_waiting,
+            clarification=ClarificationBundle.of(bundle) if questions else None,
+            permission=None if questions else PermissionRequest.of(bundle),
+        )
+
+
+@strawberry.type
+class NeedsYouQueries:
+    @strawberry.field(
+        description="The caller's actionable pending actions (the current-turn rule) across every task "
+        "it may read, oldest first."
+    )
+    async def inbox(self, info: Info[Context, None], first: int | None = DEFAULT_FIRST) -> list[InboxItem]:
+        scope = person_scope(info.context.principal)
+        tasks = None if scope is None else sorted(scope)
+        items = await info.context.services.needs_you.inbox(tasks, DEFAULT_FIRST if first is None else first)
+        return [InboxItem.of(i) for i in items]

@@ -1,0 +1,102 @@
+"""Needs you: everything that waits for a person, across tasks and sessions, oldest first.
+
+An item is an active pending action (the one rule's: a pending row of the current turn of a live
+session) of a task the caller may read, with its task's title, when it was asked, and whether an
+agent holds a live wait for it now (`agent_waiting`: the same fact as a request's
+`agentDisconnected`, inverted, read from the same rows). The whole list is one statement
+(`repository/needs_you.py`) whatever its length; liveness of a remote waiter adds at most one read
+per other process whose heartbeat is not fresh in memory (`WaiterHub.heartbeat`).
+
+Not to be confused with the session inbox (`services/inbox.py`): the resume prompts of late answers
+waiting for their agent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from backend.domain.clarification import flag
+from backend.domain.errors import InvalidInput
+from backend.domain.lifecycle import Bundle, BundleState
+from backend.domain.states import PendingActionKind
+from backend.repository import needs_you as repo
+from backend.services.context import Deps
+from backend.services.waiters import WaiterHub
+
+DEFAULT_FIRST = 100
+MAX_FIRST = 500
+ACTIVE = (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED)
+
+
+@dataclass(frozen=True, slots=True)
+class NeedsYouItem:
+    bundle: Bundle
+    task_title: str
+    agent_waiting: bool
+
+    @property
+    def pending_id(self) -> str:
+        return self.bundle.pending_id
+
+    @property
+    def kind(self) -> PendingActionKind:
+        return self.bundle.kind
+
+    @property
+    def task_id(self) -> str:
+        return self.bundle.task_id
+
+    @property
+    def session_id(self) -> str:
+        return self.bundle.session_id
+
+    @property
+    def asked_at(self) -> dt.datetime:
+        return self.bundle.asked_at
+
+    @property
+    def order(self) -> tuple[dt.datetime, str]:
+        return (self.bundle.asked_at, self.bundle.pending_id)
+
+
+def agent_waiting(bundle: Bundle) -> bool:
+    """An agent holds a live wait for it: one of its pending rows is not marked disconnected."""
+    return any(not flag(r.metadata.get("agent_disconnected")) for r in bundle.pending_rows)
+
+
+@dataclass
+class NeedsYou:
+    deps: Deps
+    waiters: WaiterHub
+
+    async def inbox(self, task_ids: Sequence[str] | None, first: int = DEFAULT_FIRST) -> list[NeedsYouItem]:
+        """The oldest `first` items of these tasks (None: of every task)."""
+        if not 1 <= first <= MAX_FIRST:
+            raise InvalidInput("first", f"must be between 1 and {MAX_FIRST}")
+        async with self.deps.db.read() as conn:
+            found = await repo.waiting_in_tasks(conn, task_ids, first)
+            return await self.items(conn, found)
+
+    async def items(self, conn: AsyncConnection, found: Sequence[repo.PendingFacts]) -> list[NeedsYouItem]:
+        """The facts read as items, each bundle's state with its waiter's liveness; an item whose
+        bundle is not active after all (a legacy row the SQL rule counts) is left out."""
+        beats: dict[str, dt.datetime | None] = {}
+        hub = self.waiters
+        out = []
+        for facts in found:
+            bundle = Bundle.of_rows(
+                facts.pending_id, facts.task_id, facts.rows, facts.session_state, facts.current_turn
+            )
+            instance = bundle.waiter_instance
+            if instance is not None and hub.needs_heartbeat(instance) and instance not in beats:
+                beats[instance] = await hub.heartbeat(conn, instance)
+            if hub.alive(instance, bundle.waiter_id, beats.get(instance) if instance else None):
+                bundle = replace(bundle, waiter_alive=True)
+            if bundle.state not in ACTIVE:
+                continue
+            out.append(NeedsYouItem(bundle, facts.task_title, agent_waiting(bundle)))
+        return out
