@@ -20,7 +20,7 @@ from frontend_py.app.question import QuestionCard
 from frontend_py.app.rules import Rules
 from frontend_py.app.sync import Sync
 from frontend_py.app.views import inbox as view
-from frontend_py.kit import session_route
+from frontend_py.kit import parse_timestamp, session_route
 from frontend_py.kit.inbox import PERMISSION_KIND, Inbox, age_text, asked_micros
 
 try:
@@ -88,6 +88,12 @@ class _ItemHolder(Holder):
         spawn(self.inbox.explain(pending_id, reason))
 
 
+def now_micros() -> int:
+    """The browser's clock in microseconds, read as text: MicroPython's floats are too coarse for
+    ``Date.now()`` (milliseconds since 1970 need more than their 24-bit mantissa)."""
+    return parse_timestamp(str(js.Date.new().toISOString()))
+
+
 def _row_of(element: Any) -> Any:
     return None if js_none(element) or str(element.nodeType) != "1" else element.closest("[data-pending-id]")
 
@@ -108,16 +114,32 @@ class InboxView:
         self.shown = False
         self.focus_request: str | None = None
         self.sub: str | None = None
+        self.lists = 0  # lists the subscription delivered: a read started before one is stale
 
     # --- the list --------------------------------------------------------------------------------
 
     def start(self) -> None:
         """The inbox for the page's whole life (the sidebar counts it), and the ticking ages."""
-        self.sub = self.page.socket.subscribe(queries.INBOX_CHANGED, {}, self._on_list, self._on_error)
+        self.sub = self.page.socket.subscribe(queries.INBOX_CHANGED, {}, self._on_changed, self._on_error)
+        spawn(self._load())
         spawn(self._tick())
 
-    def _on_list(self, data: Any) -> None:
-        items = data.get("inboxChanged")
+    async def _load(self) -> None:
+        """The first list over HTTP, applied unless the subscription's came first."""
+        lists = self.lists
+        try:
+            data = await self.page.http.query(queries.INBOX)
+        except Exception as error:  # noqa: BLE001 - the subscription brings the list anyway
+            window.console.warn("loading the inbox failed: " + str(error))
+            return
+        if lists == self.lists:
+            self._apply(data.get("inbox"))
+
+    def _on_changed(self, data: Any) -> None:
+        self.lists += 1
+        self._apply(data.get("inboxChanged"))
+
+    def _apply(self, items: Any) -> None:
         if not isinstance(items, list):
             return
         self.failure = None
@@ -137,8 +159,9 @@ class InboxView:
         self.page.render()
 
     def _on_error(self, message: str) -> None:
-        self.failure = message
-        self.page.render()
+        if not self.inbox.loaded:
+            self.failure = message
+            self.page.render()
 
     def card(self, item: dict[str, Any]) -> Card:
         pending_id = str(item["pendingId"])
@@ -207,7 +230,7 @@ class InboxView:
 
     def _html(self) -> str:
         inbox = self.inbox
-        now = int(js.Date.now()) * 1000
+        now = now_micros()
         rows = []
         for item in inbox.items():
             pending_id = str(item["pendingId"])
@@ -313,7 +336,7 @@ class InboxView:
 
     def tick(self) -> None:
         """Each age again, in place (the rest of the list is left as it is)."""
-        now = int(js.Date.now()) * 1000
+        now = now_micros()
         nodes = document.querySelectorAll("#inbox-pane [data-testid=inbox-item-age]")
         for index in range(int(nodes.length)):
             node = nodes.item(index)

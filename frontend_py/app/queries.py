@@ -114,7 +114,9 @@ INBOX_ITEM_FIELDS = (
     " clarification { " + BUNDLE_FIELDS + " } permission { " + PERMISSION_FIELDS + " }"
 )
 
-# Everything that waits for the signed-in person, oldest first: at once, then after every change.
+# Everything that waits for the signed-in person, oldest first: read once at start (it is often
+# there before the socket is), then at once and after every change from the subscription.
+INBOX = "query Inbox { inbox(first: 200) { " + INBOX_ITEM_FIELDS + " } }"
 INBOX_CHANGED = "subscription InboxChanged { inboxChanged { " + INBOX_ITEM_FIELDS + " } }"
 
 AUDIT_FIELDS = (
