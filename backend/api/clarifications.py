@@ -362,6 +362,7 @@ class ClarificationMutations:
             ],
             rejected=rejected,
             authorize=answering(info.context.principal, "clarification", str(pending_id)),
+            decided_by=info.context.principal.user_id,
         )
         return _respond_result(result)
 

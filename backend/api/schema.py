@@ -21,9 +21,10 @@ from backend.api.clarifications import (
     ClarificationQueries,
     ClarificationSubscriptions,
 )
+from backend.api.decisions import DecisionQueries
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
-from backend.api.needs_you import NeedsYouQueries
+from backend.api.needs_you import NeedsYouQueries, NeedsYouSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
@@ -36,7 +37,13 @@ log = logging.getLogger("turnwise.api")
 
 @strawberry.type
 class Query(
-    OperationQueries, AccessQueries, ClarificationQueries, PermissionQueries, ReachQueries, NeedsYouQueries
+    OperationQueries,
+    AccessQueries,
+    ClarificationQueries,
+    PermissionQueries,
+    ReachQueries,
+    NeedsYouQueries,
+    DecisionQueries,
 ):
     pass
 
@@ -55,7 +62,11 @@ class Mutation(
 
 @strawberry.type
 class Subscription(
-    AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions, PermissionSubscriptions
+    AgentSubscriptions,
+    LiveSubscriptions,
+    ClarificationSubscriptions,
+    PermissionSubscriptions,
+    NeedsYouSubscriptions,
 ):
     pass
 

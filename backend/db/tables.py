@@ -99,6 +99,8 @@ task_session_messages = Table(
     Column("status", String(16), nullable=True),
     Column("claim_id", ID, nullable=True),
     Column("delivery_pending", Boolean, nullable=False, server_default=text("false")),
+    # Who decided: the id of the user whose response claimed the row (migration 0013; unindexed).
+    Column("decided_by", ID, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_messages_turn_type", "turn_id", "type"),
@@ -107,6 +109,14 @@ task_session_messages = Table(
     Index(
         "ix_messages_pending_id",
         "pending_id",
+        sqlite_where=text("pending_id IS NOT NULL"),
+        postgresql_where=text("pending_id IS NOT NULL"),
+    ),
+    # The audit trail: a session's pending-action rows (columns no claim or settle changes).
+    Index(
+        "ix_messages_session_pending",
+        "session_id",
+        "created_at",
         sqlite_where=text("pending_id IS NOT NULL"),
         postgresql_where=text("pending_id IS NOT NULL"),
     ),

@@ -22,7 +22,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.domain.clarification import flag
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
-from backend.domain.states import PendingActionKind
+from backend.domain.records import Revision
+from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import needs_you as repo
 from backend.services.context import Deps
 from backend.services.waiters import WaiterHub
@@ -63,6 +64,16 @@ class NeedsYouItem:
         return (self.bundle.asked_at, self.bundle.pending_id)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionItems:
+    """A session as one read found it: its revision and its items, oldest first."""
+
+    session_id: str
+    task_id: str
+    revision: Revision
+    items: tuple[NeedsYouItem, ...]
+
+
 def agent_waiting(bundle: Bundle) -> bool:
     """An agent holds a live wait for it: one of its pending rows is not marked disconnected."""
     return any(not flag(r.metadata.get("agent_disconnected")) for r in bundle.pending_rows)
@@ -81,10 +92,30 @@ class NeedsYou:
             found = await repo.waiting_in_tasks(conn, task_ids, first)
             return await self.items(conn, found)
 
-    async def items(self, conn: AsyncConnection, found: Sequence[repo.PendingFacts]) -> list[NeedsYouItem]:
-        """The facts read as items, each bundle's state with its waiter's liveness; an item whose
-        bundle is not active after all (a legacy row the SQL rule counts) is left out."""
+    async def sessions(self, conn: AsyncConnection, found: Sequence[repo.SessionFacts]) -> list[SessionItems]:
+        """The sessions read, their facts as items."""
         beats: dict[str, dt.datetime | None] = {}
+        return [
+            SessionItems(s.session_id, s.task_id, s.revision, tuple(await self.items(conn, s.pending, beats)))
+            for s in found
+        ]
+
+    async def gauges(self) -> dict[PendingActionKind, tuple[int, dt.datetime | None]]:
+        """kind -> (how many pending actions of it wait, when the oldest was asked); one statement."""
+        async with self.deps.db.read() as conn:
+            found = await repo.counts(conn)
+        return {kind: found.get(message_type, (0, None)) for kind, message_type in MESSAGE_TYPES.items()}
+
+    async def items(
+        self,
+        conn: AsyncConnection,
+        found: Sequence[repo.PendingFacts],
+        beats: dict[str, dt.datetime | None] | None = None,
+    ) -> list[NeedsYouItem]:
+        """The facts read as items, each bundle's state with its waiter's liveness; an item whose
+        bundle is not active after all (a legacy row the SQL rule counts) is left out. `beats`: the
+        heartbeats of other processes read so far (each is read once per call)."""
+        beats = {} if beats is None else beats
         hub = self.waiters
         out = []
         for facts in found:

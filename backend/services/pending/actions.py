@@ -195,9 +195,15 @@ class PendingActions:
     # --- respond --------------------------------------------------------------------------------
 
     async def respond(
-        self, pending_id: str, answers: Sequence[Answer], *, rejected: bool, authorize: Authorize
+        self,
+        pending_id: str,
+        answers: Sequence[Answer],
+        *,
+        rejected: bool,
+        authorize: Authorize,
+        decided_by: str | None = None,
     ) -> RespondOutcome:
-        """Answer (or, rejected, skip) a clarification."""
+        """Answer (or, rejected, skip) a clarification; `decided_by`: the user answering."""
         return await self.responding.respond(
             Response(
                 pending_id,
@@ -205,6 +211,7 @@ class PendingActions:
                 lambda bundle: validate_answers(bundle, answers, rejected=rejected),
                 rejected,
                 authorize,
+                decided_by=decided_by,
             )
         )
 
