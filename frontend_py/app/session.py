@@ -111,7 +111,9 @@ class SessionPane:
         if failure is not None:
             html = parts.load_failed("history", failure, self.sync.loads.running(history_key))
         else:
-            html = transcript.transcript(turns, page.store.messages(session_id), active_ids)
+            messages = page.store.messages(session_id)
+            after, tail = self.sync.decisions.placed(session_id, messages)
+            html = transcript.transcript(turns, messages, active_ids, after, tail)
         changed = page.set_html("transcript", html)
         card_changed = self.slot.render(session_id, active_ids, action)
         if (changed and scroll) or ((changed or card_changed) and at_end):

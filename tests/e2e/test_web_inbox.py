@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from playwright.async_api import expect
 
+from tests.api.client import Client
 from tests.e2e.conftest import RESULTS
 from tests.e2e.support import no_outside_requests, serve
 from tests.e2e.test_web_a11y import _serious_violations
@@ -518,3 +519,104 @@ async def test_on_a_phone_the_first_options_and_allow_deny_show_without_scrollin
         no_outside_requests(network)
     finally:
         await context.close()
+
+
+# --- the history's decision lines ------------------------------------------------------------------
+
+ANSWER = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!, $r: Boolean!) {
+  respondToClarification(pendingId: $p, answers: $a, rejected: $r) { __typename } }"""
+DECIDE = """mutation($p: ID!, $b: PermissionBehavior!, $u: JSON, $m: String, $r: Boolean!) {
+  respondToPermission(pendingId: $p, behavior: $b, updatedInput: $u, message: $m, remember: $r) {
+    __typename } }"""
+SET_STATE = "mutation($s: ID!, $st: SessionState!) { setSessionState(sessionId: $s, state: $st) { id } }"
+
+
+async def _settled_session(api: Api, client: Client, session_id: str) -> dict[str, str]:
+    """One session where a person answered, skipped, allowed, allowed an edit, denied with a reason
+    and always allowed, then a rule allowed: the pending id of each, by what happened."""
+    ids: dict[str, str] = {}
+    for name, answer in (("answered", False), ("skipped", True)):
+        agent = await api.ask(session_id, SINGLE)
+        answers = [] if answer else [{"questionId": "policy", "selectedOptionIds": ["policy_opt1"]}]
+        await client.execute(ANSWER, {"p": agent.pending_id, "a": answers, "r": answer})
+        await agent.outcome()
+        ids[name] = agent.pending_id
+    decisions = [
+        ("allowed", _bash(11), "ALLOW", None, None, False),
+        ("edited", EDIT, "ALLOW", EDITED, None, False),
+        ("denied", _bash(12), "DENY", None, "Not on staging", False),
+        ("always", _bash(13), "ALLOW", None, None, True),
+    ]
+    for name, tool_input, behavior, updated, message, remember in decisions:
+        tool = "Edit" if tool_input is EDIT else "Bash"
+        agent = await ToolAgent.ask(api, session_id, tool_input, tool=tool)
+        variables = {"p": agent.pending_id, "b": behavior, "u": updated, "m": message, "r": remember}
+        await client.execute(DECIDE, variables)
+        await agent.outcome()
+        ids[name] = agent.pending_id
+    by_rule = await ToolAgent.ask(api, session_id, _bash(13))
+    assert by_rule.first["__typename"] == "PermissionDecided"
+    ids["rule"] = by_rule.pending_id
+    return ids
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_the_history_says_who_decided_what_for_each_settled_action(
+    page: Any, web_server: Server, api: Api, phone: bool
+) -> None:
+    person = await Person.create(api, "Ida")
+    task_id, (main, moved_on, finished) = await person.task("Audit trail", sessions=3)
+    async with contextlib.aclosing(Client(web_server.base_url, person.token)) as client:
+        ids = await _settled_session(api, client, main)
+    superseded = await api.ask(moved_on, SINGLE, wait_seconds=0.3)
+    await api.start_turn(moved_on)
+    expired = await api.ask(finished, SINGLE, wait_seconds=0.3)
+    await api.client.execute(SET_STATE, {"s": finished, "st": "COMPLETED"})
+
+    network = await person.open(page, web_server, f"/t/{task_id}/s/{main}", phone=phone)
+    line = lambda name: page.get_by_test_id(f"decision-{ids[name]}")  # noqa: E731 - a local shorthand
+    await expect(line("answered")).to_contain_text(f"{person.name} answered: Exponential backoff")
+    await expect(line("skipped")).to_contain_text(f"{person.name} skipped")
+    await expect(line("allowed")).to_contain_text(f"{person.name} allowed Bash: pytest -q tests/part11")
+    edited = line("edited")
+    await expect(edited).to_contain_text(f"{person.name} allowed Edit with an edit")
+    await expect(edited.locator(".perm-line.del")).to_contain_text(["MAX_ATTEMPTS = 5", "DELAY = 2.0"])
+    await expect(edited.locator(".perm-line.add")).to_contain_text(["MAX_ATTEMPTS = 4", "DELAY = 1.5"])
+    await expect(line("denied")).to_contain_text(f"{person.name} denied Bash: pytest -q tests/part12")
+    await expect(line("denied")).to_contain_text("“Not on staging”")
+    await expect(line("always")).to_contain_text(f"{person.name} allowed Bash: pytest -q tests/part13")
+    await expect(line("rule")).to_contain_text("A rule (Bash: pytest -q tests/part13) allowed Bash")
+    # Each line sits under what it decided, in the order asked.
+    order = await page.locator("#transcript [data-testid^=decision-]").evaluate_all(
+        "lines => lines.map(line => line.dataset.testid.slice(9))"
+    )
+    assert order == [
+        ids[name] for name in ("answered", "skipped", "allowed", "edited", "denied", "always", "rule")
+    ]
+    assert await _serious_violations(page) == [], "the decision lines"
+    await _shot(page, f"decisions-{'phone' if phone else 'desktop'}")
+
+    await page.goto(f"{web_server.base_url}/t/{task_id}/s/{moved_on}")
+    await expect(page.get_by_test_id(f"decision-{superseded.pending_id}")).to_contain_text(
+        "No longer current, the agent moved on: Which retry policy?"
+    )
+    await page.goto(f"{web_server.base_url}/t/{task_id}/s/{finished}")
+    await expect(page.get_by_test_id(f"decision-{expired.pending_id}")).to_contain_text(
+        "Expired, nobody answered in time: Which retry policy?"
+    )
+    no_outside_requests(network)
+
+
+async def test_a_decision_taken_while_the_session_is_open_adds_its_line_live(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    person = await Person.create(api, "Jo")
+    task_id, (session_id,) = await person.task("Live line")
+    agent = await ToolAgent.ask(api, session_id, _bash(21))
+    network = await person.open(page, web_server, f"/t/{task_id}/s/{session_id}")
+    await page.get_by_test_id("permission-reason").fill("Wrong folder")
+    await page.get_by_test_id("permission-deny").click()
+    line = page.get_by_test_id(f"decision-{agent.pending_id}")
+    await expect(line).to_contain_text(f"{person.name} denied Bash: pytest -q tests/part21 — “Wrong folder”")
+    await agent.disconnect()
+    no_outside_requests(network)
