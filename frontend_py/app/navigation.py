@@ -5,7 +5,14 @@ from pyscript import document, window  # type: ignore[import-not-found]
 from frontend_py.app.page import Page, attr, spawn
 from frontend_py.app.slot import Slot
 from frontend_py.app.sync import Sync
-from frontend_py.kit import ActivationController, Navigator, session_route, task_route
+from frontend_py.kit import (
+    OPENED_TASK,
+    ActivationController,
+    Navigator,
+    session_route,
+    sole_session,
+    task_route,
+)
 
 try:
     from collections.abc import Callable
@@ -93,6 +100,12 @@ class Navigation:
     async def activate(self, task_id: str) -> None:
         """What a task row's click does (and a notification's, from the page or the worker)."""
         result = await self.controller.activate(task_id)
+        only = sole_session(self.page.store, task_id) if result == OPENED_TASK else None
+        if only is not None and self.page.route_task == task_id and self.page.route_session is None:
+            # The task-only fallback of a task with one session: there is nothing to choose, so it
+            # opens (in place of the task route, which Back would only return to).
+            window.history.replaceState(None, "", session_route(task_id, only))
+            self.set_route(session_route(task_id, only))
         # Every finished activation is counted on the page, a stale one included, so its end is visible.
         self.activations += 1
         root = document.documentElement

@@ -23,7 +23,7 @@ from tests.e2e.conftest import RESULTS
 from tests.e2e.support import no_outside_requests, serve
 from tests.e2e.test_web_a11y import _serious_violations
 from tests.e2e.test_web_permissions import BASH, EDIT, ToolAgent
-from tests.e2e.webapp import DESKTOP, PHONE, Api, Network, path_of, question
+from tests.e2e.webapp import DESKTOP, PHONE, Api, Network, activate, activations_finished, path_of, question
 from tests.servers import Server
 
 pytestmark = pytest.mark.browser
@@ -618,5 +618,33 @@ async def test_a_decision_taken_while_the_session_is_open_adds_its_line_live(
     await page.get_by_test_id("permission-deny").click()
     line = page.get_by_test_id(f"decision-{agent.pending_id}")
     await expect(line).to_contain_text(f"{person.name} denied Bash: pytest -q tests/part21 — “Wrong folder”")
+    await agent.disconnect()
+    no_outside_requests(network)
+
+
+# --- opening a task ---------------------------------------------------------------------------------
+
+CREATE_SESSION = (
+    """mutation($t: ID!) { createSession(taskId: $t, isPrimary: true, inputCapable: false) { id } }"""
+)
+
+
+@pytest.mark.parametrize("phone", FLAVOURS)
+async def test_a_task_with_one_session_opens_it_even_where_activation_falls_back_to_the_task(
+    page: Any, web_server: Server, api: Api, phone: bool
+) -> None:
+    person = await Person.create(api, "Kit")
+    task_id, _none = await person.task("Watched only", sessions=0)
+    # Its one session cannot take input, so activation finds no owner and falls back to the task.
+    session_id = (await api.client.execute(CREATE_SESSION, {"t": task_id}))["createSession"]["id"]
+    await api.client.execute(SET_STATE, {"s": session_id, "st": "RUNNING"})
+    await api.start_turn(session_id)
+    agent = await api.ask(session_id)
+    network = await person.open(page, web_server, phone=phone)
+    await activate(page, task_id, phone=phone)
+    assert await activations_finished(page, 1) == "task"
+    await expect(page.get_by_test_id(f"session-tab-{session_id}")).to_have_attribute("aria-selected", "true")
+    assert path_of(page) == f"/t/{task_id}/s/{session_id}"
+    await expect(page.locator(".task-head .step")).to_have_count(0)  # "todo" says nothing
     await agent.disconnect()
     no_outside_requests(network)
