@@ -3,8 +3,8 @@
 The list comes from ``inboxChanged`` (the list now, then again after every change), held in the
 kit's ``Inbox`` with the selection and the batch. Each item holds the same cards as the session view
 (``question.QuestionCard``, ``permission.PermissionCard``), reading their action from the item
-instead of the open session; this module is their ``Holder``. Keys (``kit.inbox.command``) act on
-the selected item while the focus is in the inbox (or nowhere); the ages tick once a second.
+instead of the open session (``inbox_cards.py``); this module is their ``Holder``. The keys are
+``triage.py``'s; the ages tick once a second.
 """
 
 import asyncio
@@ -14,6 +14,7 @@ from pyscript import document, window  # type: ignore[import-not-found]
 
 from frontend_py.app import queries
 from frontend_py.app.cards import PERMISSION, Card, Holder, notice_html
+from frontend_py.app.inbox_cards import InboxPermission, InboxQuestion
 from frontend_py.app.page import Page, attr, js_none, spawn
 from frontend_py.app.permission import PermissionCard
 from frontend_py.app.question import QuestionCard
@@ -31,44 +32,6 @@ except ImportError:  # MicroPython: annotations are never evaluated there
 
 PANE = "inbox-pane"
 TEXT_TAGS = ("TEXTAREA", "INPUT", "SELECT")
-
-
-class InboxQuestion(QuestionCard):
-    """A question card whose bundle is an inbox item's, not the open session's."""
-
-    def __init__(self, page: Page, sync: Sync, holder: Holder, item: dict[str, Any]) -> None:
-        super().__init__(
-            page, sync, holder, str(item["pendingId"]), (item.get("taskId"), item.get("sessionId"))
-        )
-        self.item = item
-
-    def questions(self) -> list[dict[str, Any]]:
-        return list((self.item.get("clarification") or {}).get("questions") or [])
-
-    def context(self) -> str | None:
-        context = (self.item.get("clarification") or {}).get("context")
-        return None if context is None else str(context)
-
-    def refresh(self) -> None:
-        """Nothing to read again: the next list from ``inboxChanged`` has the outcome."""
-
-
-class InboxPermission(PermissionCard):
-    """A permission card whose request is an inbox item's."""
-
-    def __init__(
-        self, page: Page, sync: Sync, holder: Holder, item: dict[str, Any], rules: Rules, decided: set[str]
-    ) -> None:
-        where = (item.get("taskId"), item.get("sessionId"))
-        super().__init__(page, sync, holder, str(item["pendingId"]), rules, decided, where)
-        self.item = item
-
-    def request(self) -> dict[str, Any] | None:
-        request = self.item.get("permission")
-        return request if isinstance(request, dict) else None
-
-    def refresh(self) -> None:
-        """Nothing to read again: the next list from ``inboxChanged`` has the outcome."""
 
 
 class _ItemHolder(Holder):
@@ -115,6 +78,7 @@ class InboxView:
         self.focus_request: str | None = None
         self.sub: str | None = None
         self.lists = 0  # lists the subscription delivered: a read started before one is stale
+        self.said = 0  # status lines said: only the last one is cleared
 
     # --- the list --------------------------------------------------------------------------------
 
@@ -187,7 +151,12 @@ class InboxView:
         if notice is not None and notice[0] != "QUEUED":
             self.notice = notice
         elif item is not None:
-            self._say("Sent: " + str(item.get("taskTitle") or "") + ".")
+            what = "Decision" if item.get("kind") == PERMISSION_KIND else "Answer"
+            title = "“" + str(item.get("taskTitle") or "") + "”"
+            if notice is None:
+                self._say(what + " sent to the agent of " + title + ".")
+            else:
+                self._say(what + " saved for the agent of " + title + ": it gets it when it comes back.")
 
     async def explain(self, pending_id: str, reason: str | None) -> None:
         try:
@@ -200,9 +169,15 @@ class InboxView:
         self.page.render()
 
     def _say(self, text: str) -> None:
-        node = document.getElementById("inbox-status")
-        if not js_none(node):
-            node.textContent = text
+        """Say what the last action did (a live region), for a few seconds."""
+        self.said += 1
+        document.getElementById("inbox-status").textContent = text
+        spawn(self._unsay(self.said))
+
+    async def _unsay(self, said: int) -> None:
+        await asyncio.sleep(6)
+        if said == self.said:
+            document.getElementById("inbox-status").textContent = ""
 
     # --- drawing ---------------------------------------------------------------------------------
 

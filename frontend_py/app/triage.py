@@ -51,6 +51,10 @@ def on_key(view: InboxView, event: Any) -> bool:
             event.preventDefault()
             view.show_help(False)
             return True
+        if key == "Tab":  # the dialog is modal: its one control keeps the focus
+            event.preventDefault()
+            document.querySelector("[data-testid=inbox-keys-close]").focus()
+            return True
         return False
     target = event.target
     nowhere = js_none(target) or target == document.body or target == document.documentElement
