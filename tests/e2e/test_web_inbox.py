@@ -215,15 +215,16 @@ async def test_the_age_ticks_while_the_inbox_is_open(page: Any, web_server: Serv
     no_outside_requests(network)
 
 
+@pytest.mark.parametrize("phone", FLAVOURS)
 async def test_an_item_answered_in_another_tab_leaves_and_the_selection_moves_on(
-    page: Any, browser: Any, web_server: Server, api: Api
+    page: Any, browser: Any, web_server: Server, api: Api, phone: bool
 ) -> None:
     person = await Person.create(api, "Dee")
     _one, (first_session,) = await person.task("First")
     _two, (second_session,) = await person.task("Second")
     first = await api.ask(first_session)
     second = await ToolAgent.ask(api, second_session)
-    network = await person.open(page, web_server)
+    network = await person.open(page, web_server, phone=phone)
     sent = _sent(page)
     await expect(item(page, first.pending_id)).to_have_attribute("aria-selected", "true")
     other = await browser.new_context()
