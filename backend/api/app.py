@@ -201,6 +201,7 @@ def create_app(
         )
 
     async def metrics_page(_: Request) -> Response:
+        await services.needs_you.refresh_gauges()
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 

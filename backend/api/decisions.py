@@ -10,12 +10,21 @@ import strawberry
 from strawberry.scalars import JSON
 from strawberry.types import Info
 
+from backend import metrics
 from backend.api import access
 from backend.api.context import Context
-from backend.domain.decisions import SYSTEM, UNKNOWN
+from backend.domain.decisions import SYSTEM, UNKNOWN, outcome_of
 from backend.domain.errors import NotFound
+from backend.domain.lifecycle import Bundle
 from backend.domain.states import PendingActionKind
 from backend.services.decisions import DEFAULT_FIRST, DecisionView
+
+
+def observe_decided(bundle: Bundle) -> None:
+    """A person's response to `bundle` was taken: its wait, by kind and outcome (`/metrics`)."""
+    outcome = outcome_of(bundle.kind, bundle.rows)
+    if outcome is not None:
+        metrics.observe_decision(bundle.kind.value, outcome.value, bundle.asked_at)
 
 
 @strawberry.type(description="A settled pending action: who decided what, and when.")

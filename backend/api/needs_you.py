@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import AsyncGenerator
+from typing import ClassVar
 
 import strawberry
 from strawberry.types import Info
@@ -64,6 +65,26 @@ class InboxItem:
         )
 
 
+class _Shown:
+    """The process's `InboxItem` of each item the needs-you hub read: one change's items are shared by
+    every open inbox that sees them, so each is made once, not once per subscriber (bounded: the
+    oldest is forgotten first, and made again if it is asked for)."""
+
+    bound = 50_000
+    made: ClassVar[dict[int, tuple[NeedsYouItem, InboxItem]]] = {}
+
+    @classmethod
+    def of(cls, item: NeedsYouItem) -> InboxItem:
+        held = cls.made.get(id(item))
+        if held is not None and held[0] is item:
+            return held[1]
+        shown = InboxItem.of(item)
+        if len(cls.made) >= cls.bound:
+            del cls.made[next(iter(cls.made))]
+        cls.made[id(item)] = (item, shown)
+        return shown
+
+
 @strawberry.type
 class NeedsYouQueries:
     @strawberry.field(
@@ -101,4 +122,4 @@ class NeedsYouSubscriptions:
             # Registered before the snapshot is read, so no change between the two is lost.
             await hub.snapshot(watcher)
             async for items in watcher.mailbox:
-                yield [InboxItem.of(i) for i in items]
+                yield [_Shown.of(i) for i in items]

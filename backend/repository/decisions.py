@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, and_, bindparam, case, func, not_, select, true
+from sqlalchemy import BindParameter, ColumnElement, Integer, and_, bindparam, case, func, not_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.tables import task_session_messages as M
@@ -29,7 +29,7 @@ from backend.repository.authority import (
     is_pending_status,
     session_is_live,
 )
-from backend.repository.needs_you import question_order
+from backend.repository.needs_you import custom_plans, question_order
 from backend.repository.pending_rows import BUNDLE_ROW_COLUMNS, bundle_row
 
 
@@ -96,7 +96,7 @@ def _statement(where: ColumnElement[bool]) -> Any:
         .select_from(bundles.join(scope, scope.c.id == bundles.c.session_id))
         .where(not_(still_active))
         .order_by(decided_at.desc(), bundles.c.pending_id.desc())
-        .limit(bindparam("b_first"))
+        .limit(bindparam("b_first", type_=Integer))
         .cte("decided")
     )
     rows = M.alias("bundle_row")
@@ -154,6 +154,7 @@ async def settled(
     else:
         scope = "all"
     found: dict[str, tuple[Any, list[BundleRow]]] = {}
+    await custom_plans(conn)
     for row in await conn.execute(_BY_SCOPE[scope], params):
         entry = found.get(row.decided_pending_id)
         if entry is None:

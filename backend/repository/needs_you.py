@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, Select, and_, bindparam, func, select
+from sqlalchemy import BindParameter, ColumnElement, Integer, Select, and_, bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.tables import open_pending_rows as OPEN
@@ -98,7 +98,7 @@ def _bundles(base: Any, *, limited: bool) -> Any:
         .group_by(M.c.pending_id, base.c.id, M.c.type)
     )
     if limited:
-        found = found.order_by(asked_at, M.c.pending_id).limit(bindparam("b_first"))
+        found = found.order_by(asked_at, M.c.pending_id).limit(bindparam("b_first", type_=Integer))
     return found.cte("waiting")
 
 
@@ -148,6 +148,18 @@ _WAITING = {
     ("all", False): _statement(_LIVE, limited=False, every_session=False),
 }
 _OF_SESSIONS = _statement(S.c.id.in_(_B_SESSIONS), limited=False, every_session=True)
+
+
+async def custom_plans(conn: AsyncConnection) -> None:
+    """PostgreSQL: plan this transaction's statements for the values they are given. These statements
+    are the same text call after call, so after five runs PostgreSQL would keep one generic plan of
+    them, which knows neither the current turn's `LIMIT 1` nor the scope, and then read every
+    session's turns in full (seconds, where the plan for the values takes milliseconds)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_CUSTOM_PLANS)
+
+
+_CUSTOM_PLANS = text("SET LOCAL plan_cache_mode = force_custom_plan")
 
 
 def _first(first: int) -> int:
@@ -223,6 +235,7 @@ async def sessions_waiting(
     if task_ids is not None and not task_ids:
         return []
     statement = _WAITING[("all" if task_ids is None else "tasks", first is not None)]
+    await custom_plans(conn)
     params: dict[str, Any] = {}
     if first is not None:
         params["b_first"] = _first(first)
@@ -236,6 +249,7 @@ async def waiting_in_sessions(conn: AsyncConnection, session_ids: Sequence[str])
     actions, also when none waits any more; one statement."""
     if not session_ids:
         return []
+    await custom_plans(conn)
     found = await conn.execute(_OF_SESSIONS, {"b_session_ids": list(dict.fromkeys(session_ids))})
     return _collect(found)
 
@@ -261,4 +275,5 @@ _COUNTS = select(
 async def counts(conn: AsyncConnection) -> dict[str, tuple[int, dt.datetime | None]]:
     """message type -> (how many pending actions of it are active, when the oldest was asked); one
     statement."""
+    await custom_plans(conn)
     return {row.kind: (int(row.waiting), row.oldest) for row in await conn.execute(_COUNTS)}

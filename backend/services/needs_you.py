@@ -14,11 +14,13 @@ waiting for their agent.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from backend import metrics
 from backend.domain.clarification import flag
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
@@ -27,6 +29,8 @@ from backend.domain.states import MESSAGE_TYPES, PendingActionKind
 from backend.repository import needs_you as repo
 from backend.services.context import Deps
 from backend.services.waiters import WaiterHub
+
+log = logging.getLogger("turnwise.needs_you")
 
 DEFAULT_FIRST = 100
 MAX_FIRST = 500
@@ -105,6 +109,24 @@ class NeedsYou:
         async with self.deps.db.read() as conn:
             found = await repo.counts(conn)
         return {kind: found.get(message_type, (0, None)) for kind, message_type in MESSAGE_TYPES.items()}
+
+    async def refresh_gauges(self) -> None:
+        """`/metrics`' gauges of what waits now (by kind: how many, the oldest one's age), read before
+        a scrape; a failed read is logged and leaves the gauges as they were."""
+        try:
+            found = await self.gauges()
+        except Exception:
+            log.warning(
+                "waiting pending actions not counted",
+                extra={"event": "needs_you.gauges_failed"},
+                exc_info=True,
+            )
+            return
+        now = dt.datetime.now(dt.UTC)
+        for kind, (count, oldest) in found.items():
+            metrics.PENDING_WAITING.labels(kind.value).set(count)
+            age = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+            metrics.PENDING_OLDEST_SECONDS.labels(kind.value).set(age)
 
     async def items(
         self,

@@ -90,7 +90,10 @@ class InboxWatcher:
             del self.sessions[session_id]
 
     def offer(self) -> None:
-        """Its list now, if it differs from the one last offered."""
+        """Its list now, if it differs from the one last offered (nothing before its snapshot: its
+        first list is the whole of it)."""
+        if not self.ready:
+            return
         held: Iterable[NeedsYouItem] = chain.from_iterable(items for _, _, items in self.sessions.values())
         now = tuple(heapq.nsmallest(self.first, held, key=_order))
         if now != self.last:

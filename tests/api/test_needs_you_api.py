@@ -12,6 +12,7 @@ import pytest
 from tests.api.client import Client, GraphQLError, Subscription
 from tests.api.gql import CREATE_SESSION, GRANT, SET_STATE, START, running_session, token_for
 from tests.api.kinds import API_CLARIFICATION, API_KINDS, API_PERMISSION, ApiKind
+from tests.api.test_scale_out import sample, scrape
 from tests.servers import Server
 
 ITEM = """pendingId kind taskId taskTitle sessionId askedAt agentWaiting
@@ -243,3 +244,29 @@ async def test_an_agent_token_cannot_subscribe_to_an_inbox(server: Server, admin
         assert refused.value.codes == ["FORBIDDEN"]
     finally:
         await agent.aclose()
+
+
+# --- blocked time at /metrics -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", API_KINDS, ids=str)
+async def test_metrics_count_what_waits_its_oldest_age_and_the_wait_until_a_decision(
+    server: Server, admin: Client, kind: ApiKind
+) -> None:
+    labels = f'kind="{kind.name}"'
+    _, session_id = await running_session(admin)
+    before = await scrape(server)
+    pending_id = await kind.detached(admin, session_id)
+    waiting = await scrape(server)
+    assert sample(waiting, "turnwise_pending_actions_waiting", labels) == (
+        sample(before, "turnwise_pending_actions_waiting", labels) + 1
+    )
+    assert sample(waiting, "turnwise_pending_action_oldest_seconds", labels) > 0
+    assert (await kind.answer(admin, pending_id))["__typename"] == kind.responded
+    after = await scrape(server)
+    assert sample(after, "turnwise_pending_actions_waiting", labels) == sample(
+        before, "turnwise_pending_actions_waiting", labels
+    )
+    decided = f'{labels},outcome="{"ALLOWED" if kind.is_permission else "ANSWERED"}"'
+    series = "turnwise_pending_action_decision_seconds_count"
+    assert sample(after, series, decided) == sample(before, series, decided) + 1

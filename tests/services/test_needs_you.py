@@ -46,7 +46,7 @@ async def test_the_inbox_costs_a_constant_number_of_statements_for_one_item_or_f
                 await agent.close()
     assert (one[1], fifty[1], every[1]) == (1, 50, 50)
     assert one[0] == fifty[0] == every[0], (one, fifty, every)
-    assert one[0] == 1
+    assert one[0] == (1 if db.is_sqlite else 2)  # PostgreSQL: plans for the values given, then the read
 
 
 async def _change_reaching(db: Database, services: Services, kind: Kind, inboxes: int) -> tuple[int, int]:
