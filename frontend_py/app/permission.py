@@ -63,9 +63,16 @@ class PermissionCard(Card):
     kind = PERMISSION
 
     def __init__(
-        self, page: Page, sync: Sync, holder: Holder, pending_id: str, rules: Rules, decided_here: set[str]
+        self,
+        page: Page,
+        sync: Sync,
+        holder: Holder,
+        pending_id: str,
+        rules: Rules,
+        decided_here: set[str],
+        where: tuple[str | None, str | None] | None = None,
     ) -> None:
-        super().__init__(page, sync, holder, pending_id)
+        super().__init__(page, sync, holder, pending_id, where)
         self.rules = rules
         # Requests decided on this page: when one closes on its decision's own event, that close is
         # not "decided elsewhere". Shared by every permission card of the page.
@@ -84,6 +91,15 @@ class PermissionCard(Card):
     def html(self) -> str:
         request = self.request()
         return "" if request is None else view.card(request, self.draft, self.busy, self.error)
+
+    def body(self, ns: str, detached_note: bool = True) -> str:
+        request = self.request()
+        if request is None:
+            return ""
+        return view.body(request, self.draft, self.busy, self.error, ns, detached_note)
+
+    def buttons(self) -> str:
+        return view.buttons(bool(self.draft.get("editing")), self.busy)
 
     def write(self, box: Any) -> None:
         test_id = attr(box, "data-testid")
@@ -176,7 +192,7 @@ class PermissionCard(Card):
             self.error = "Could not send the decision: " + str(error)
         self.busy = False
         self.page.render()
-        spawn(self.sync.refresh_session(task_id, session_id))
+        self.refresh()
         if variables["remember"]:
             spawn(self.rules.load(session_id))
 

@@ -15,27 +15,40 @@ def card(request: dict[str, Any], draft: dict[str, Any], busy: bool, error: str 
     ``draft`` is the person's: ``reason`` (for a deny), ``editing`` with ``edited`` (the input's
     text), ``any`` (remember any input of the tool, not only this one).
     """
-    pending_id = str(request.get("pendingId") or "")
-    tool = str(request.get("toolName") or "")
-    editing = bool(draft.get("editing"))
-    disabled = " disabled" if busy else ""
-    parts = [
+    return (
         card_open(
             "permission",
-            pending_id,
+            str(request.get("pendingId") or ""),
             PERMISSION_ICON,
             "The agent asks to use a tool",
             "Hide the request (Esc); it keeps waiting",
         )
-    ]
-    parts.append(
+        + body(request, draft, busy, error)
+        + card_close(buttons(bool(draft.get("editing")), busy))
+    )
+
+
+def body(
+    request: dict[str, Any],
+    draft: dict[str, Any],
+    busy: bool,
+    error: str | None,
+    ns: str = "perm",
+    detached_note: bool = True,
+) -> str:
+    """A request's tool, input, the deny reason and "always allow", wherever it is shown (a card, an
+    inbox item); ``ns`` prefixes the element ids, ``detached_note`` as in ``question.body``."""
+    tool = str(request.get("toolName") or "")
+    editing = bool(draft.get("editing"))
+    disabled = " disabled" if busy else ""
+    parts = [
         '<p class="perm-tool"><span class="perm-label">Tool</span>'
         '<code class="perm-name" data-testid="permission-tool">' + esc(tool) + "</code></p>"
-    )
+    ]
     context = request.get("context")
     if context:
         parts.append('<p class="card-context">' + esc(context) + "</p>")
-    if request.get("agentDisconnected"):
+    if request.get("agentDisconnected") and detached_note:
         parts.append(
             '<p class="card-detached" data-testid="permission-detached">The agent stopped waiting and '
             "went on as if denied. Allow resumes it with this tool call; Deny only closes the request.</p>"
@@ -43,36 +56,40 @@ def card(request: dict[str, Any], draft: dict[str, Any], busy: bool, error: str 
     error_html = ""
     if error:
         error_html = (
-            '<p class="card-error" id="perm-error" role="alert" data-testid="permission-error">'
+            '<p class="card-error" id="'
+            + ns
+            + '-error" role="alert" data-testid="permission-error">'
             + esc(error)
             + "</p>"
         )
     if editing:
         # The error sits under the editor it is about.
-        parts.append(_editor(draft, disabled, error_html))
+        parts.append(_editor(draft, disabled, error_html, ns))
         error_html = ""
     else:
-        parts.append(_input(request, tool, draft, disabled))
+        parts.append(_input(request, tool, draft, disabled, ns))
     parts.append(
-        '<label class="perm-field" for="perm-reason">Reason, if you deny '
-        '<span class="perm-hint">(optional; the agent sees it)</span></label>'
-        '<textarea id="perm-reason" class="custom perm-reason" rows="1" data-testid="permission-reason" '
+        '<label class="perm-field" for="'
+        + ns
+        + '-reason">Reason, if you deny <span class="perm-hint">(optional; the agent sees it)</span></label>'
+        '<textarea id="'
+        + ns
+        + '-reason" class="custom perm-reason" rows="1" data-testid="permission-reason" '
         'placeholder="Why not?">' + esc(draft.get("reason") or "") + "</textarea>"
     )
     parts.append(error_html)
-    parts.append(card_close(_buttons(editing, busy, disabled)))
     return "".join(parts)
 
 
-def _editor(draft: dict[str, Any], disabled: str, error_html: str) -> str:
+def _editor(draft: dict[str, Any], disabled: str, error_html: str, ns: str) -> str:
     """The input as JSON in a text box, while the person edits it before allowing."""
     return (
-        '<div class="perm-input-head"><label class="perm-label" for="perm-edited">Input as JSON</label>'
+        '<div class="perm-input-head"><label class="perm-label" for="' + ns + '-edited">Input as JSON</label>'
         '<button type="button" class="btn ghost small" data-action="perm-edit-cancel" '
         'data-testid="permission-edit-cancel"' + disabled + ">Cancel edit</button></div>"
-        '<textarea id="perm-edited" class="custom perm-editor" rows="6" spellcheck="false" '
+        '<textarea id="' + ns + '-edited" class="custom perm-editor" rows="6" spellcheck="false" '
         'autocapitalize="off" data-testid="permission-edited-input"'
-        + (' aria-invalid="true" aria-describedby="perm-error"' if error_html else "")
+        + (' aria-invalid="true" aria-describedby="' + ns + '-error"' if error_html else "")
         + ">"
         + esc(draft.get("edited") or "")
         + "</textarea>"
@@ -80,14 +97,17 @@ def _editor(draft: dict[str, Any], disabled: str, error_html: str) -> str:
     )
 
 
-def _input(request: dict[str, Any], tool: str, draft: dict[str, Any], disabled: str) -> str:
+def _input(request: dict[str, Any], tool: str, draft: dict[str, Any], disabled: str, ns: str) -> str:
     """The input as asked, with Edit and the "always allow" choice."""
     return (
-        '<div class="perm-input-head"><span class="perm-label" id="perm-input-label">Input</span>'
+        '<div class="perm-input-head"><span class="perm-label" id="' + ns + '-input-label">Input</span>'
         '<button type="button" class="btn ghost small" data-action="perm-edit" '
         'data-testid="permission-edit"' + disabled + ">Edit, then allow</button></div>"
-        '<div class="perm-input" role="group" aria-labelledby="perm-input-label" '
-        'data-testid="permission-input">' + tools.html(request.get("input")) + "</div>"
+        '<div class="perm-input" role="group" aria-labelledby="'
+        + ns
+        + '-input-label" data-testid="permission-input">'
+        + tools.html(request.get("input"))
+        + "</div>"
         '<div class="perm-always">'
         '<button type="button" class="btn ghost" data-action="perm-always" '
         'data-testid="permission-always"' + disabled + ">Always allow this in this session</button>"
@@ -101,7 +121,9 @@ def _input(request: dict[str, Any], tool: str, draft: dict[str, Any], disabled: 
     )
 
 
-def _buttons(editing: bool, busy: bool, disabled: str) -> str:
+def buttons(editing: bool, busy: bool) -> str:
+    """Deny and Allow (Allow edited while the input is being edited)."""
+    disabled = " disabled" if busy else ""
     deny = (
         '<button type="button" class="btn ghost danger" data-action="perm-deny" data-testid="permission-deny"'
         + disabled
