@@ -60,9 +60,16 @@ class OutboxRow:
     due_at: dt.datetime
     deadline_at: dt.datetime
     attempts: int
+    step: int = 0  # a reminder's number (1, 2, ...); 0 for every other message
+    created_at: dt.datetime | None = None
+    asked_at: dt.datetime | None = None  # when its action was asked (None: its `created_at`)
+
+    @property
+    def asked(self) -> dt.datetime | None:
+        return self.asked_at or self.created_at
 
 
-def _outbox(row: Any) -> OutboxRow:
+def outbox_row(row: Any) -> OutboxRow:
     return OutboxRow(
         row.id,
         row.pending_id,
@@ -75,6 +82,9 @@ def _outbox(row: Any) -> OutboxRow:
         row.due_at,
         row.deadline_at,
         int(row.attempts),
+        int(row.step),
+        row.created_at,
+        row.asked_at,
     )
 
 
@@ -168,7 +178,7 @@ class AskOutbox:
         }
 
 
-def _sees_task(user_id: Any, task_id: Any) -> Any:
+def sees_task(user_id: Any, task_id: Any) -> Any:
     """The user may read the task `task_id`: a role that reads every task, or a grant. Everything
     but its own table is correlated (the destination's user, the task's expression): a grant of
     another user with a destination never counts."""
@@ -209,7 +219,7 @@ def _destinations(
             _B_NOW.label("created_at"),
         )
         .select_from(source)
-        .where(_sees_task(table.c.user_id, task_id), *where)
+        .where(sees_task(table.c.user_id, task_id), *where)
     )
 
 
@@ -269,28 +279,6 @@ async def enqueue_ask(
         conn, {**outbox.params(pending_id), "b_task": task_id, "b_session": session_id}
     )
     return len(written)
-
-
-async def claim_due(
-    conn: AsyncConnection, instance_id: str, now: dt.datetime, lease: dt.timedelta, limit: int
-) -> list[OutboxRow]:
-    """Take up to `limit` due rows for this process (PostgreSQL: rows another process holds are
-    skipped, so each is taken by one) and mark them `sending`: the at-most-once boundary."""
-    due = (
-        select(O.c.id)
-        .where(O.c.status == QUEUED, O.c.due_at <= now)
-        .order_by(O.c.due_at, O.c.id)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    result = await conn.execute(
-        update(O)
-        .where(O.c.id.in_(due.scalar_subquery()))
-        .values(status=SENDING, claimed_by=instance_id, claimed_until=now + lease, attempts=O.c.attempts + 1)
-        .returning(*O.c)
-    )
-    return sorted((_outbox(r) for r in result), key=lambda r: (r.due_at, r.id))
 
 
 async def finish(
