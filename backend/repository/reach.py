@@ -22,6 +22,9 @@ from backend.domain.ids import new_id
 
 PENDING = "pending"
 CLOSE = "close"
+# Messages a device shows until their action stops being pending: a first notice and its reminders
+# (`repository.reminders.REMIND`); each device that was shown one gets one `close`.
+SHOWN = (PENDING, "remind")
 PUSH = "push"
 CHANNEL = "channel"
 QUEUED, SENDING, SENT, SKIPPED, GONE, FAILED = "queued", "sending", "sent", "skipped", "gone", "failed"
@@ -319,7 +322,7 @@ async def sent_push_actions(conn: AsyncConnection, after: str | None, limit: int
     just after `after` (None: from the first): one page of the worker's walk over all of them."""
     query = (
         select(O.c.pending_id)
-        .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
+        .where(O.c.kind.in_(SHOWN), O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
         .group_by(O.c.pending_id)
         .order_by(O.c.pending_id)
         .limit(limit)
@@ -332,7 +335,8 @@ async def sent_push_actions(conn: AsyncConnection, after: str | None, limit: int
 async def queue_closes(
     conn: AsyncConnection, pending_ids: Sequence[str], now: dt.datetime, deadline: dt.datetime
 ) -> int:
-    """A `close` push to every device that was shown these actions; each at most once.
+    """A `close` push to every device that was shown these actions (a first notice or a reminder);
+    each at most once.
 
     Only rows already `sent` are marked and get their close: a push of the same action still
     queued, retrying or being sent keeps its mark clear, so once it is delivered it gets a close of
@@ -348,7 +352,7 @@ async def queue_closes(
             update(O)
             .where(
                 O.c.pending_id.in_(list(pending_ids)),
-                O.c.kind == PENDING,
+                O.c.kind.in_(SHOWN),
                 O.c.destination == PUSH,
                 O.c.status == SENT,
                 O.c.close_queued.is_(False),
@@ -359,8 +363,9 @@ async def queue_closes(
     )
     if not marked:
         return 0
-    closes = [
-        {
+    # One close per action and device, however many of its messages the device was shown.
+    closes = {
+        f"{r.pending_id}:{CLOSE[0]}{PUSH[0]}:{r.destination_id}": {
             "id": f"{r.pending_id}:{CLOSE[0]}{PUSH[0]}:{r.destination_id}",
             "pending_id": r.pending_id,
             "kind": CLOSE,
@@ -375,9 +380,9 @@ async def queue_closes(
             "created_at": now,
         }
         for r in marked
-    ]
+    }
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    await conn.execute(dialect.insert(O).values(closes).on_conflict_do_nothing())
+    await conn.execute(dialect.insert(O).values(list(closes.values())).on_conflict_do_nothing())
     return len(closes)
 
 
@@ -393,7 +398,7 @@ async def prune(conn: AsyncConnection, before: dt.datetime) -> int:
             O.c.status.in_(FINISHED),
             O.c.created_at < before,
             or_(
-                O.c.kind != PENDING,
+                O.c.kind.not_in(SHOWN),
                 O.c.destination != PUSH,
                 O.c.status != SENT,
                 O.c.close_queued.is_(True),
@@ -432,7 +437,7 @@ _OUTLOOK = select(
     select(func.min(O.c.due_at)).where(O.c.status == QUEUED).scalar_subquery().label("next_due"),
     select(func.min(O.c.claimed_until)).where(O.c.status == SENDING).scalar_subquery().label("lease_end"),
     exists()
-    .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
+    .where(O.c.kind.in_(SHOWN), O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
     .label("awaiting_close"),
 )
 
