@@ -7,9 +7,10 @@ Everything a claim decides is written in its one transaction, with the rows it h
 - a first notice goes out `notify_after` after the ask (the person's, never sooner than the
   server's): written for the server's delay, it is put off until the person's own;
 - when a person's message is claimed while the action waits, their next one is written: the next
-  reminder to the same destination (`remind_every` later), and their escalation (to their
-  escalation channel, `escalate_after` after the ask). Each exists at most once per action, step
-  and destination (the outbox's unique key), however often a send is retried or by whom;
+  reminder to the same destination (`remind_every` later) and, with a first notice, their
+  escalation (to their escalation channel, `escalate_after` after the ask). Each exists at most
+  once per action, step and destination (the outbox's unique key), however often a send is retried
+  or by whom;
 - a reminder or escalation is claimed only while its action still waits, as read after taking its
   session's lock (the lock every settle takes, so a settle commits before this read or after this
   claim); for a settled action it is skipped, with every other reminder of it still queued. The
@@ -82,7 +83,10 @@ class Planner:
         self.plan.follow_ups.append(plans.FollowUp(d.row, kind, step, *where, due, due + self.retry, asked))
 
     def _follow_ups(self, d: plans.Due) -> None:
-        """The person's next messages of this action, once this one is claimed while it waits."""
+        """The person's next messages of this action, once this one is claimed while it waits: the
+        next reminder to the same destination; after a first notice, the escalation too (only
+        then: finished rows are pruned after a while, and a reminder a week on must not find the
+        escalation gone and write it again)."""
         prefs, row = d.prefs, d.row
         if prefs.remind_every is not None and not _is_escalation_channel(
             prefs, row.destination, row.destination_id
@@ -90,7 +94,11 @@ class Planner:
             every = dt.timedelta(seconds=prefs.remind_every)
             where = (row.destination, row.destination_id)
             self._follow(d, plans.REMIND, row.step + 1, where, self.now + every)
-        if prefs.escalates and prefs.escalate_after is not None and prefs.escalate_channel_id is not None:
+        if (
+            row.kind == repo.PENDING
+            and prefs.escalate_after is not None
+            and prefs.escalate_channel_id is not None
+        ):
             at = (row.asked or self.now) + dt.timedelta(seconds=prefs.escalate_after)
             self._follow(d, plans.ESCALATE, 0, (repo.CHANNEL, prefs.escalate_channel_id), at)
 
