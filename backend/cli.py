@@ -132,12 +132,12 @@ def _serve(settings: Settings, *, demo: bool = False, announce: str | None = Non
             from backend import demo as demo_data
             from backend.executors.demo_agent import DemoAgent
 
-            await demo_data.seed(services)
+            sessions = await demo_data.prepare(services)
             if settings.bootstrap_token is None:
                 raise RuntimeError("the demo agent needs TURNWISE_BOOTSTRAP_TOKEN")
             # Connects through the API like any agent, once the server admits traffic.
             token = settings.bootstrap_token.get_secret_value()
-            agent = DemoAgent(f"http://{settings.host}:{settings.port}", token)
+            agent = DemoAgent(f"http://{settings.host}:{settings.port}", token, sessions=sessions)
             loop = asyncio.get_running_loop()
             app.state.demo_agent = loop.create_task(agent.run())
             if announce is not None:

@@ -10,6 +10,7 @@ reports the sum over all workers (gauges of live workers only).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import os
 import time
 import weakref
@@ -160,6 +161,52 @@ def _report_statements(db: Database) -> None:
     if counted > db.statements_reported:
         DB_STATEMENTS.inc(counted - db.statements_reported)
         db.statements_reported = counted
+
+
+# Blocked time (needs you): what waits now, refreshed from the database before each scrape (the same
+# value on every worker: the most recent one is reported), and how long each ask waited for its decision.
+PENDING_WAITING = Gauge(
+    "turnwise_pending_actions_waiting",
+    "Active pending actions (current turn, live session) waiting for a person, by kind.",
+    ["kind"],
+    multiprocess_mode="livemostrecent",
+)
+PENDING_OLDEST_SECONDS = Gauge(
+    "turnwise_pending_action_oldest_seconds",
+    "How long the oldest active pending action of each kind has waited (0 when none waits).",
+    ["kind"],
+    multiprocess_mode="livemostrecent",
+)
+WAIT_BUCKETS = (
+    1.0,
+    5.0,
+    15.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
+    43200.0,
+    86400.0,
+)
+DECISION_SECONDS = Histogram(
+    "turnwise_pending_action_decision_seconds",
+    "From an ask to its decision, by kind and outcome: a person's (ANSWERED, SKIPPED, ALLOWED, DENIED) "
+    "and a cancel (CANCELLED); a rule's allow and an expiry or supersede with the session are not "
+    "counted.",
+    ["kind", "outcome"],
+    buckets=WAIT_BUCKETS,
+)
+
+
+def observe_decision(kind: str, outcome: str, asked_at: dt.datetime) -> None:
+    """One ask decided now."""
+    waited = (dt.datetime.now(dt.UTC) - asked_at).total_seconds()
+    DECISION_SECONDS.labels(kind, outcome).observe(max(0.0, waited))
 
 
 LIVE_DIRECT_SENDS = Counter(

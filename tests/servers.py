@@ -52,11 +52,18 @@ def drop_database(url: str) -> None:
 
 
 class Server:
-    """One `turnwise serve` process. `stop()` is graceful; `kill()` is a crash."""
+    """One `turnwise serve` process (`command="demo"`: `turnwise demo`). `stop()` is graceful; `kill()`
+    is a crash."""
 
     def __init__(
-        self, database_url: str, *, env: dict[str, str] | None = None, broadcast_url: str = "memory://"
+        self,
+        database_url: str,
+        *,
+        env: dict[str, str] | None = None,
+        broadcast_url: str = "memory://",
+        command: str = "serve",
     ):
+        self.command = command
         self.database_url = database_url
         self.broadcast_url = broadcast_url
         self.extra_env = dict(env or {})
@@ -76,7 +83,7 @@ class Server:
         }
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "backend.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "backend.cli", self.command], env=env, stdout=log, stderr=subprocess.STDOUT
         )
         if wait:
             self.wait_ready()

@@ -212,6 +212,7 @@ def _probes(runtime: Runtime) -> list[Route]:
         )
 
     async def metrics_page(_: Request) -> Response:
+        await runtime.services.needs_you.refresh_gauges()
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 

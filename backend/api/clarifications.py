@@ -12,6 +12,7 @@ from strawberry.types import Info
 from backend import metrics
 from backend.api.access import require_session_agent, require_task_answer, require_task_read
 from backend.api.context import Context
+from backend.api.decisions import observe_decided
 from backend.api.inputs import compiled_input
 from backend.api.types import (
     ClarificationBundle,
@@ -207,6 +208,7 @@ AdvanceTaskResult = Annotated[TaskAdvanced | TaskAdvanceBlocked, strawberry.unio
 def count_respond(r: lc.RespondOutcome, kind: PendingActionKind) -> None:
     questions = kind == PendingActionKind.CLARIFICATION
     if isinstance(r, lc.Responded):
+        observe_decided(r.bundle)
         if r.resumed:
             metrics.RESUME_OUTCOMES.labels(kind=kind.value, outcome="resumed").inc()
     elif isinstance(r, lc.Conflict):
@@ -362,6 +364,7 @@ class ClarificationMutations:
             ],
             rejected=rejected,
             authorize=answering(info.context.principal, "clarification", str(pending_id)),
+            decided_by=info.context.principal.user_id,
         )
         return _respond_result(result)
 

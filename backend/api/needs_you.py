@@ -8,17 +8,20 @@ other role that is not a person's) is refused, as the other person-facing querie
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import AsyncGenerator
+from typing import ClassVar
 
 import strawberry
 from strawberry.types import Info
 
+from backend import metrics
 from backend.api import access
 from backend.api.auth import Principal
 from backend.api.context import Context
 from backend.api.types import ClarificationBundle, PermissionRequest
-from backend.domain.errors import Forbidden
+from backend.domain.errors import Forbidden, InvalidInput
 from backend.domain.states import PendingActionKind
-from backend.services.needs_you import DEFAULT_FIRST, NeedsYouItem
+from backend.services.needs_you import DEFAULT_FIRST, MAX_FIRST, NeedsYouItem
 
 PEOPLE = ("user", "admin", "support")
 
@@ -62,6 +65,26 @@ class InboxItem:
         )
 
 
+class _Shown:
+    """The process's `InboxItem` of each item the needs-you hub read: one change's items are shared by
+    every open inbox that sees them, so each is made once, not once per subscriber (bounded: the
+    oldest is forgotten first, and made again if it is asked for)."""
+
+    bound = 50_000
+    made: ClassVar[dict[int, tuple[NeedsYouItem, InboxItem]]] = {}
+
+    @classmethod
+    def of(cls, item: NeedsYouItem) -> InboxItem:
+        held = cls.made.get(id(item))
+        if held is not None and held[0] is item:
+            return held[1]
+        shown = InboxItem.of(item)
+        if len(cls.made) >= cls.bound:
+            del cls.made[next(iter(cls.made))]
+        cls.made[id(item)] = (item, shown)
+        return shown
+
+
 @strawberry.type
 class NeedsYouQueries:
     @strawberry.field(
@@ -73,3 +96,30 @@ class NeedsYouQueries:
         tasks = None if scope is None else sorted(scope)
         items = await info.context.services.needs_you.inbox(tasks, DEFAULT_FIRST if first is None else first)
         return [InboxItem.of(i) for i in items]
+
+
+@strawberry.type
+class NeedsYouSubscriptions:
+    @strawberry.subscription(
+        description="The caller's inbox (as `inbox(first)` reads it) at once, then again after every "
+        "change to it: a pending action asked, settled or superseded, a task granted or taken away."
+    )
+    async def inbox_changed(
+        self, info: Info[Context, None], first: int | None = DEFAULT_FIRST
+    ) -> AsyncGenerator[list[InboxItem], None]:
+        principal = info.context.principal
+        scope = person_scope(principal)
+        limit = DEFAULT_FIRST if first is None else first
+        if not 1 <= limit <= MAX_FIRST:
+            raise InvalidInput("first", f"must be between 1 and {MAX_FIRST}")
+        hub = info.context.services.needs_you_live
+        person = principal.user_id if principal.role == "user" else None
+        del info  # held no longer than needed: a subscription lives for hours
+        with (
+            hub.watch(person, scope, limit) as watcher,
+            metrics.SUBSCRIBERS.labels("inboxChanged").track_inprogress(),
+        ):
+            # Registered before the snapshot is read, so no change between the two is lost.
+            await hub.snapshot(watcher)
+            async for items in watcher.mailbox:
+                yield [_Shown.of(i) for i in items]

@@ -7,12 +7,14 @@ agent token has none. A channel URL is a secret: it is shown back only masked.
 from __future__ import annotations
 
 import datetime as dt
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types import Info
 
 from backend.api.context import Context
 from backend.domain.errors import Forbidden
+from backend.domain.reminders import Preferences
 
 
 @strawberry.type(description="The server's VAPID key, for PushManager.subscribe(applicationServerKey).")
@@ -26,6 +28,42 @@ class NotificationChannel:
     label: str
     target: str = strawberry.field(description="The channel's URL with its secrets masked.")
     created_at: dt.datetime
+
+
+@strawberry.type(
+    description="When the caller is told of an action that waits for them: first after "
+    "notifyAfterSeconds, then again every remindEverySeconds while it waits, and once it has waited "
+    "escalateAfterSeconds their channel escalateChannelId (a team chat) is told too, and hears of "
+    "nothing else. Null: never (notifyAfterSeconds: the server's delay)."
+)
+class NotificationPreferences:
+    notify_after_seconds: float = strawberry.field(
+        description="Seconds from the ask to the first notice: the server's delay "
+        "(TURNWISE_NOTIFY_AFTER_SECONDS) unless the caller chose a later one."
+    )
+    remind_every_seconds: float | None = strawberry.field(
+        description="Tell the caller again this often while the action still waits; null: never."
+    )
+    escalate_after_seconds: float | None = strawberry.field(
+        description="Seconds from the ask after which escalateChannelId is told; null: never."
+    )
+    escalate_channel_id: strawberry.ID | None = strawberry.field(
+        description="One of the caller's channels, told only when an action escalates."
+    )
+
+
+def _preferences_view(prefs: Preferences, server_delay: float) -> NotificationPreferences:
+    return NotificationPreferences(
+        notify_after_seconds=prefs.first_notice(server_delay),
+        remind_every_seconds=prefs.remind_every,
+        escalate_after_seconds=prefs.escalate_after,
+        escalate_channel_id=None
+        if prefs.escalate_channel_id is None
+        else strawberry.ID(prefs.escalate_channel_id),
+    )
+
+
+_LEAVE = "Omitted: left as it is; null: back to the default ("
 
 
 def _person(info: Info[Context, None]) -> str:
@@ -52,6 +90,12 @@ class ReachQueries:
             )
             for c in found
         ]
+
+    @strawberry.field(description="The caller's reminder and escalation preferences.")
+    async def notification_preferences(self, info: Info[Context, None]) -> NotificationPreferences:
+        reach = info.context.services.reach
+        prefs = await reach.preferences(_person(info))
+        return _preferences_view(prefs, float(reach.settings.notify_after_seconds))
 
 
 @strawberry.type
@@ -88,3 +132,37 @@ class ReachMutations:
     )
     async def remove_notification_channel(self, info: Info[Context, None], channel_id: strawberry.ID) -> bool:
         return await info.context.services.reach.remove_channel(_person(info), str(channel_id))
+
+    @strawberry.mutation(
+        description="Change the caller's reminder and escalation preferences; only the arguments given "
+        "change. Each is a number of seconds, at least the server's delay "
+        "(TURNWISE_NOTIFY_AFTER_SECONDS) and at most 30 days; an escalation needs both its time (at "
+        "least the first notice's) and one of the caller's channels. On a bad value nothing changes "
+        "and the error names the argument."
+    )
+    async def set_notification_preferences(
+        self,
+        info: Info[Context, None],
+        notify_after_seconds: Annotated[
+            float | None, strawberry.argument(description=_LEAVE + "the server's delay).")
+        ] = strawberry.UNSET,
+        remind_every_seconds: Annotated[
+            float | None, strawberry.argument(description=_LEAVE + "no reminders).")
+        ] = strawberry.UNSET,
+        escalate_after_seconds: Annotated[
+            float | None, strawberry.argument(description=_LEAVE + "no escalation).")
+        ] = strawberry.UNSET,
+        escalate_channel_id: Annotated[
+            strawberry.ID | None, strawberry.argument(description=_LEAVE + "no escalation).")
+        ] = strawberry.UNSET,
+    ) -> NotificationPreferences:
+        given: dict[str, Any] = {
+            "notify_after": notify_after_seconds,
+            "remind_every": remind_every_seconds,
+            "escalate_after": escalate_after_seconds,
+            "escalate_channel_id": escalate_channel_id,
+        }
+        changes = {name: value for name, value in given.items() if value is not strawberry.UNSET}
+        reach = info.context.services.reach
+        prefs = await reach.set_preferences(_person(info), changes)
+        return _preferences_view(prefs, float(reach.settings.notify_after_seconds))

@@ -21,9 +21,10 @@ from backend.api.clarifications import (
     ClarificationQueries,
     ClarificationSubscriptions,
 )
+from backend.api.decisions import DecisionQueries
 from backend.api.errors import document_error_code, is_expected
 from backend.api.live import LiveSubscriptions
-from backend.api.needs_you import NeedsYouQueries
+from backend.api.needs_you import NeedsYouQueries, NeedsYouSubscriptions
 from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permission_rules import PermissionRuleMutations, PermissionRuleQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
@@ -44,6 +45,7 @@ class Query(
     PermissionRuleQueries,
     ReachQueries,
     NeedsYouQueries,
+    DecisionQueries,
 ):
     pass
 
@@ -63,7 +65,11 @@ class Mutation(
 
 @strawberry.type
 class Subscription(
-    AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions, PermissionSubscriptions
+    AgentSubscriptions,
+    LiveSubscriptions,
+    ClarificationSubscriptions,
+    PermissionSubscriptions,
+    NeedsYouSubscriptions,
 ):
     pass
 

@@ -39,7 +39,7 @@ RUNTIME_FOLDERS = ("pyscript",)
 RUNTIME_FILES = ("micropython/micropython.mjs", "micropython/micropython.wasm")
 
 # Every route of the single-page app serves the same page; the app reads the path itself.
-APP_PATHS = ("/", "/t/{task_id}", "/t/{task_id}/s/{session_id}")
+APP_PATHS = ("/", "/inbox", "/t/{task_id}", "/t/{task_id}/s/{session_id}")
 
 
 class _PythonStatic(StaticFiles):

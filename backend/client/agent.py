@@ -2,6 +2,7 @@
 
 async with Agent(url, token, session_id) as agent:
     result = await agent.ask([{"prompt": "Which database?", "options": [...]}], timeout_seconds=30)
+    allowed = await agent.ask_permission("Bash", {"command": "make deploy"})  # decided | detached | closed
     if result.status == "detached":
         async for prompt in agent.prompts():   # late answers, queued ones first, exactly once
             await prompt.ack()
@@ -35,6 +36,14 @@ ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!, $c: String, $
     ... on ClarificationDetached { pendingId }
     ... on ClarificationClosed { pendingId status }
   } }"""
+ASK_PERMISSION = """subscription($s: ID!, $n: String!, $i: JSON!, $u: String, $c: String, $t: Float) {
+  askPermission(sessionId: $s, toolName: $n, input: $i, toolUseId: $u, context: $c, timeoutSeconds: $t) {
+    __typename
+    ... on PermissionAsked { request { pendingId turnId } }
+    ... on PermissionDecided { pendingId decision { behavior updatedInput message } }
+    ... on PermissionDetached { pendingId }
+    ... on PermissionClosed { pendingId }
+  } }"""
 PROMPTS = "subscription($s: ID!) { agentPrompts(sessionId: $s) { sessionId turnId generation prompt } }"
 ACK = "mutation($t: ID!, $a: Boolean!) { acknowledgePrompt(turnId: $t, accepted: $a) }"
 POST = """mutation($s: ID!, $c: String!, $k: String!) {
@@ -48,6 +57,11 @@ OUTCOMES = {
     "ClarificationDetached": "detached",
     "ClarificationClosed": "closed",
 }
+PERMISSION_OUTCOMES = {
+    "PermissionDecided": "decided",
+    "PermissionDetached": "detached",
+    "PermissionClosed": "closed",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +71,18 @@ class AskResult:
     status: str
     pending_id: str
     answers: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionResult:
+    """`status`: decided | detached | closed; `decision` as the API returns it (decided only):
+    `behavior` ALLOW or DENY, `updatedInput` (the input to run with), `message` (a deny's reason).
+    `turn_id`: the turn the request was asked in."""
+
+    status: str
+    pending_id: str
+    decision: dict[str, Any] | None = None
+    turn_id: str | None = None
 
 
 @dataclass
@@ -113,6 +139,44 @@ class Agent:
                 raise
             except LOST:
                 log.warning("ask connection lost; asking again", exc_info=True)
+            await asyncio.sleep(self.reconnect_seconds)
+
+    async def ask_permission(
+        self,
+        tool_name: str,
+        tool_input: dict[str, Any],
+        *,
+        tool_use_id: str | None = None,
+        context: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> PermissionResult:
+        """Ask a person to allow a tool call and wait (the live waiter). As with `ask`, a dropped
+        connection detaches the request server-side and asking the same again re-attaches to it."""
+        variables = {
+            "s": self.session_id,
+            "n": tool_name,
+            "i": tool_input,
+            "u": tool_use_id,
+            "c": context,
+            "t": timeout_seconds,
+        }
+        turn_id: str | None = None
+        while True:
+            try:
+                async with self.transport.subscribe(ASK_PERMISSION, variables) as results:
+                    async for data in results:
+                        outcome = data["askPermission"]
+                        if outcome["__typename"] == "PermissionAsked":
+                            turn_id = outcome["request"].get("turnId")
+                            continue
+                        status = PERMISSION_OUTCOMES.get(outcome["__typename"])
+                        if status is not None:
+                            decision = outcome.get("decision")
+                            return PermissionResult(status, str(outcome["pendingId"]), decision, turn_id)
+            except (GraphQLRequestError, ConnectionRefused):
+                raise
+            except LOST:
+                log.warning("permission request connection lost; asking again", exc_info=True)
             await asyncio.sleep(self.reconnect_seconds)
 
     async def prompts(self) -> AsyncIterator[Prompt]:

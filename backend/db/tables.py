@@ -6,6 +6,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -102,6 +103,8 @@ task_session_messages = Table(
     Column("status", String(16), nullable=True),
     Column("claim_id", ID, nullable=True),
     Column("delivery_pending", Boolean, nullable=False, server_default=text("false")),
+    # Who decided: the id of the user whose response claimed the row (migration 0013; unindexed).
+    Column("decided_by", ID, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_messages_turn_type", "turn_id", "type"),
@@ -110,6 +113,14 @@ task_session_messages = Table(
     Index(
         "ix_messages_pending_id",
         "pending_id",
+        sqlite_where=text("pending_id IS NOT NULL"),
+        postgresql_where=text("pending_id IS NOT NULL"),
+    ),
+    # The audit trail: a session's pending-action rows (columns no claim or settle changes).
+    Index(
+        "ix_messages_session_pending",
+        "session_id",
+        "created_at",
         sqlite_where=text("pending_id IS NOT NULL"),
         postgresql_where=text("pending_id IS NOT NULL"),
     ),
@@ -257,13 +268,16 @@ notification_channels = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Index("ix_notification_channels_user", "user_id"),
 )
-# One row per (pending action, message kind, destination): written with the ask's own unit of work
-# (kind `pending`) or when a sent push's action stops being pending (kind `close`); the unique key
-# makes each message at most one row. A worker claims due rows (`claimed_by` / `claimed_until`, with
-# SKIP LOCKED on PostgreSQL, so one process sends each), marks them `sending` before it sends (the
-# at-most-once boundary: a row left `sending` by a crash is never sent again), then `sent`,
-# `skipped` (the action was settled meanwhile), `gone` (the destination no longer exists) or
-# `failed` (retried with backoff until its deadline).
+# One row per (pending action, message kind, step, destination): written with the ask's own unit of
+# work (kind `pending`), when a sent push's action stops being pending (kind `close`), or by the
+# worker's claim of an earlier message of the same action (kind `remind`, step 1, 2, ... per
+# destination; kind `escalate`, to a person's escalation channel); the unique key makes each message
+# at most one row. `asked_at`: when the action was asked (a reminder or escalation says how long it
+# has waited; a first notice's is its `created_at`). A worker claims due rows (`claimed_by` /
+# `claimed_until`, with SKIP LOCKED on PostgreSQL, so one process sends each), marks them `sending`
+# before it sends (the at-most-once boundary: a row left `sending` by a crash is never sent again),
+# then `sent`, `skipped` (the action was settled meanwhile, or the message is not wanted any more),
+# `gone` (the destination no longer exists) or `failed` (retried with backoff until its deadline).
 notification_outbox = Table(
     "notification_outbox",
     metadata,
@@ -284,8 +298,26 @@ notification_outbox = Table(
     Column("close_queued", Boolean, nullable=False, server_default=text("false")),
     Column("last_error", Text, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
-    UniqueConstraint("pending_id", "kind", "destination", "destination_id"),
+    Column("step", Integer, nullable=False, server_default=text("0")),
+    Column("asked_at", UTCDateTime, nullable=True),
+    UniqueConstraint(
+        "pending_id", "kind", "step", "destination", "destination_id", name="uq_notification_outbox_message"
+    ),
     Index("ix_notification_outbox_due", "status", "due_at"),
+)
+# A person's reminder and escalation preferences; no row (or a null field) is the server's default:
+# told once after TURNWISE_NOTIFY_AFTER_SECONDS, never reminded, never escalated.
+notification_preferences = Table(
+    "notification_preferences",
+    metadata,
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    Column("notify_after_seconds", Float, nullable=True),
+    Column("remind_every_seconds", Float, nullable=True),
+    Column("escalate_after_seconds", Float, nullable=True),
+    Column(
+        "escalate_channel_id", ID, ForeignKey("notification_channels.id", ondelete="SET NULL"), nullable=True
+    ),
+    Column("updated_at", UTCDateTime, nullable=False),
 )
 
 # MCP tasks (a task-augmented `ask_user_question` / `approve_tool_use` call): which pending action a

@@ -47,6 +47,7 @@ async def claim(
     rejected: bool,
     claim_id: str | None,
     detach_rows: bool,
+    decided_by: str | None = None,
 ) -> list[BundleRow]:
     """`claim_bumping` without the bump."""
     claimed, _ = await claim_bumping(
@@ -58,6 +59,7 @@ async def claim(
         rejected=rejected,
         claim_id=claim_id,
         detach_rows=detach_rows,
+        decided_by=decided_by,
     )
     return claimed
 
@@ -73,6 +75,7 @@ async def claim_bumping(
     claim_id: str | None,
     detach_rows: bool,
     bump: bool = False,
+    decided_by: str | None = None,
 ) -> tuple[list[BundleRow], bool]:
     """The atomic current-turn claim: ONE conditional UPDATE of the bundle's pending rows.
 
@@ -82,6 +85,7 @@ async def claim_bumping(
 
     `bump`: the caller's unit of work wants the session's sequence bumped when the claim took rows;
     returns whether this statement already did it (on PostgreSQL, in the same statement).
+    `decided_by`: the user whose response this is, written into the rows (None: left as it is).
     """
     if not message_ids:
         return [], False
@@ -97,9 +101,12 @@ async def claim_bumping(
             claim_id=claim_id,
             detach_rows=detach_rows,
             bump=together,
+            decided_by=decided_by,
         )
         return claimed, together and bool(claimed)
-    columns, patch = _claim_values(rejected=rejected, claim_id=claim_id, detach_rows=detach_rows)
+    columns, patch = _claim_values(
+        rejected=rejected, claim_id=claim_id, detach_rows=detach_rows, decided_by=decided_by
+    )
     qid = json_text(M.c.metadata, "question_id")
     new_metadata: Any = json_update(M.c.metadata, patch) if patch else M.c.metadata
     if answers:
@@ -129,7 +136,7 @@ def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
 
 
 def _claim_values(
-    *, rejected: bool, claim_id: str | None, detach_rows: bool
+    *, rejected: bool, claim_id: str | None, detach_rows: bool, decided_by: str | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """What a claim writes into every claimed row (the answer itself aside): (its columns, the
     metadata keys it sets)."""
@@ -138,6 +145,8 @@ def _claim_values(
     if claim_id is not None:
         columns["claim_id"] = claim_id
         columns["delivery_pending"] = true()
+    if decided_by is not None:
+        columns["decided_by"] = decided_by
     return columns, ({"agent_disconnected": True} if detach_rows else {})
 
 
@@ -165,13 +174,14 @@ def _with_bump(write: Any, *, also: Any = None) -> Any:
 
 
 def _claim_one_statement(
-    patch_keys: tuple[str, ...], claims: bool, with_response: bool, *, bump: bool = False
+    patch_keys: tuple[str, ...], claims: bool, with_response: bool, *, bump: bool = False, by: bool = False
 ) -> Prepared:
     shape = (
         *patch_keys,
         "+claim" if claims else "",
         "+response" if with_response else "",
         "+bump" if bump else "",
+        "+by" if by else "",
     )
     prepared = _CLAIM_ONE.get(shape)
     if prepared is None:
@@ -182,6 +192,8 @@ def _claim_one_statement(
         if claims:
             values["claim_id"] = bindparam("b_claim_id", type_=M.c.claim_id.type)
             values["delivery_pending"] = true()
+        if by:
+            values["decided_by"] = bindparam("b_decided_by", type_=M.c.decided_by.type)
         new_metadata: Any = (
             json_update(M.c.metadata, dict.fromkeys(patch_keys), param="b_patch")
             if patch_keys
@@ -213,6 +225,7 @@ async def _claim_one(
     claim_id: str | None,
     detach_rows: bool,
     bump: bool = False,
+    decided_by: str | None = None,
 ) -> list[BundleRow]:
     """`claim` for one row: the same conditional UPDATE, with its values bound instead of built
     (`bump`: PostgreSQL only, with the session's sequence bump when it claimed anything)."""
@@ -225,13 +238,17 @@ async def _claim_one(
     }
     if claim_id is not None:
         params["b_claim_id"] = claim_id
+    if decided_by is not None:
+        params["b_decided_by"] = decided_by
     if patch:
         params["b_patch"] = json_patch(patch)
     if answer is not None:
         question_id, value = answer
         params["b_question_id"] = question_id
         params["b_patch_answer"] = json_patch({**patch, "response": value.as_response()})
-    statement = _claim_one_statement(tuple(patch), claim_id is not None, answer is not None, bump=bump)
+    statement = _claim_one_statement(
+        tuple(patch), claim_id is not None, answer is not None, bump=bump, by=decided_by is not None
+    )
     claimed = await statement.rows(conn, params)
     return [bundle_row(r) for r in claimed]
 

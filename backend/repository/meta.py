@@ -56,3 +56,9 @@ async def value_or_set(conn: AsyncConnection, key: str, candidate: str) -> str:
     await conn.execute(dialect.insert(meta).values(key=key, value=candidate).on_conflict_do_nothing())
     stored = (await conn.execute(select(meta.c.value).where(meta.c.key == key))).scalar_one()
     return str(stored)
+
+
+async def value_of(conn: AsyncConnection, key: str) -> str | None:
+    """The stored value of `key`, or None."""
+    stored = (await conn.execute(select(meta.c.value).where(meta.c.key == key))).scalar_one_or_none()
+    return None if stored is None else str(stored)

@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, Select, and_, bindparam, func, select
+from sqlalchemy import BindParameter, ColumnElement, Integer, Select, and_, bindparam, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.tables import open_pending_rows as OPEN
+from backend.db.tables import task_grants
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.db.tables import tasks as TASKS
@@ -87,17 +88,17 @@ def _bundles(base: Any, *, limited: bool) -> Any:
     """The active bundles of those sessions: one row each, oldest first (`b_first` of them)."""
     asked_at = func.min(M.c.created_at).label("asked_at")
     found = (
-        select(M.c.pending_id, base.c.id.label("session_id"), asked_at)
+        select(M.c.pending_id, base.c.id.label("session_id"), M.c.type.label("kind"), asked_at)
         .select_from(
             base.join(OPEN, and_(OPEN.c.turn_id == base.c.turn_id, OPEN.c.session_id == base.c.id)).join(
                 M, M.c.id == OPEN.c.message_id
             )
         )
         .where(session_is_live(base.c.state), is_pending_action(M), is_pending_status(M))
-        .group_by(M.c.pending_id, base.c.id)
+        .group_by(M.c.pending_id, base.c.id, M.c.type)
     )
     if limited:
-        found = found.order_by(asked_at, M.c.pending_id).limit(bindparam("b_first"))
+        found = found.order_by(asked_at, M.c.pending_id).limit(bindparam("b_first", type_=Integer))
     return found.cte("waiting")
 
 
@@ -149,6 +150,18 @@ _WAITING = {
 _OF_SESSIONS = _statement(S.c.id.in_(_B_SESSIONS), limited=False, every_session=True)
 
 
+async def custom_plans(conn: AsyncConnection) -> None:
+    """PostgreSQL: plan this transaction's statements for the values they are given. These statements
+    are the same text call after call, so after five runs PostgreSQL would keep one generic plan of
+    them, which knows neither the current turn's `LIMIT 1` nor the scope, and then read every
+    session's turns in full (seconds, where the plan for the values takes milliseconds)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_CUSTOM_PLANS)
+
+
+_CUSTOM_PLANS = text("SET LOCAL plan_cache_mode = force_custom_plan")
+
+
 def _first(first: int) -> int:
     return max(0, min(first, MAX_FIRST))
 
@@ -179,7 +192,7 @@ def _collect(found: Any) -> list[SessionFacts]:
         pending = []
         for pending_id in pending_ids:
             first, rows_ = facts[pending_id]
-            rows_.sort(key=lambda r: (_index(r), r.id))
+            rows_.sort(key=question_order)
             pending.append(
                 PendingFacts(
                     pending_id=pending_id,
@@ -196,9 +209,10 @@ def _collect(found: Any) -> list[SessionFacts]:
     return out
 
 
-def _index(row: BundleRow) -> int:
+def question_order(row: BundleRow) -> tuple[int, str]:
+    """A bundle's rows in the order of its questions."""
     value = row.metadata.get("question_index")
-    return value if isinstance(value, int) else 0
+    return (value if isinstance(value, int) else 0, row.id)
 
 
 def oldest_first(sessions: Sequence[SessionFacts]) -> list[PendingFacts]:
@@ -210,21 +224,56 @@ async def waiting_in_tasks(
 ) -> list[PendingFacts]:
     """The active pending actions of these tasks (None: of every task), oldest first: the oldest
     `first` of them (None: all); one statement."""
+    return oldest_first(await sessions_waiting(conn, task_ids, first))
+
+
+async def sessions_waiting(
+    conn: AsyncConnection, task_ids: Sequence[str] | None, first: int | None = None
+) -> list[SessionFacts]:
+    """The sessions of these tasks (None: of every task) with active pending actions, each with its
+    revision and those actions (of the oldest `first` over all; None: all); one statement."""
     if task_ids is not None and not task_ids:
         return []
     statement = _WAITING[("all" if task_ids is None else "tasks", first is not None)]
+    await custom_plans(conn)
     params: dict[str, Any] = {}
     if first is not None:
         params["b_first"] = _first(first)
     if task_ids is not None:
         params["b_task_ids"] = list(dict.fromkeys(task_ids))
-    return oldest_first(_collect(await conn.execute(statement, params)))
+    return _collect(await conn.execute(statement, params))
 
 
 async def waiting_in_sessions(conn: AsyncConnection, session_ids: Sequence[str]) -> list[SessionFacts]:
     """Every one of these sessions (that exists) with its revision and all its active pending
-    actions; one statement."""
+    actions, also when none waits any more; one statement."""
     if not session_ids:
         return []
+    await custom_plans(conn)
     found = await conn.execute(_OF_SESSIONS, {"b_session_ids": list(dict.fromkeys(session_ids))})
     return _collect(found)
+
+
+async def grants_of(conn: AsyncConnection, user_ids: Sequence[str]) -> dict[str, frozenset[str]]:
+    """user -> the tasks granted to them (every user asked for has an entry); one statement."""
+    ids = list(dict.fromkeys(user_ids))
+    if not ids:
+        return {}
+    found: dict[str, set[str]] = {u: set() for u in ids}
+    query = select(task_grants.c.user_id, task_grants.c.task_id).where(task_grants.c.user_id.in_(ids))
+    for row in await conn.execute(query):
+        found[row.user_id].add(row.task_id)
+    return {u: frozenset(t) for u, t in found.items()}
+
+
+_ALL_WAITING = _bundles(_sessions(_LIVE), limited=False)
+_COUNTS = select(
+    _ALL_WAITING.c.kind, func.count().label("waiting"), func.min(_ALL_WAITING.c.asked_at).label("oldest")
+).group_by(_ALL_WAITING.c.kind)
+
+
+async def counts(conn: AsyncConnection) -> dict[str, tuple[int, dt.datetime | None]]:
+    """message type -> (how many pending actions of it are active, when the oldest was asked); one
+    statement."""
+    await custom_plans(conn)
+    return {row.kind: (int(row.waiting), row.oldest) for row in await conn.execute(_COUNTS)}

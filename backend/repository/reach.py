@@ -22,6 +22,9 @@ from backend.domain.ids import new_id
 
 PENDING = "pending"
 CLOSE = "close"
+# Messages a device shows until their action stops being pending: a first notice and its reminders
+# (`repository.reminders.REMIND`); each device that was shown one gets one `close`.
+SHOWN = (PENDING, "remind")
 PUSH = "push"
 CHANNEL = "channel"
 QUEUED, SENDING, SENT, SKIPPED, GONE, FAILED = "queued", "sending", "sent", "skipped", "gone", "failed"
@@ -60,9 +63,16 @@ class OutboxRow:
     due_at: dt.datetime
     deadline_at: dt.datetime
     attempts: int
+    step: int = 0  # a reminder's number (1, 2, ...); 0 for every other message
+    created_at: dt.datetime | None = None
+    asked_at: dt.datetime | None = None  # when its action was asked (None: its `created_at`)
+
+    @property
+    def asked(self) -> dt.datetime | None:
+        return self.asked_at or self.created_at
 
 
-def _outbox(row: Any) -> OutboxRow:
+def outbox_row(row: Any) -> OutboxRow:
     return OutboxRow(
         row.id,
         row.pending_id,
@@ -75,6 +85,9 @@ def _outbox(row: Any) -> OutboxRow:
         row.due_at,
         row.deadline_at,
         int(row.attempts),
+        int(row.step),
+        row.created_at,
+        row.asked_at,
     )
 
 
@@ -168,7 +181,7 @@ class AskOutbox:
         }
 
 
-def _sees_task(user_id: Any, task_id: Any) -> Any:
+def sees_task(user_id: Any, task_id: Any) -> Any:
     """The user may read the task `task_id`: a role that reads every task, or a grant. Everything
     but its own table is correlated (the destination's user, the task's expression): a grant of
     another user with a destination never counts."""
@@ -209,7 +222,7 @@ def _destinations(
             _B_NOW.label("created_at"),
         )
         .select_from(source)
-        .where(_sees_task(table.c.user_id, task_id), *where)
+        .where(sees_task(table.c.user_id, task_id), *where)
     )
 
 
@@ -271,28 +284,6 @@ async def enqueue_ask(
     return len(written)
 
 
-async def claim_due(
-    conn: AsyncConnection, instance_id: str, now: dt.datetime, lease: dt.timedelta, limit: int
-) -> list[OutboxRow]:
-    """Take up to `limit` due rows for this process (PostgreSQL: rows another process holds are
-    skipped, so each is taken by one) and mark them `sending`: the at-most-once boundary."""
-    due = (
-        select(O.c.id)
-        .where(O.c.status == QUEUED, O.c.due_at <= now)
-        .order_by(O.c.due_at, O.c.id)
-        .limit(limit)
-    )
-    if conn.dialect.name == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    result = await conn.execute(
-        update(O)
-        .where(O.c.id.in_(due.scalar_subquery()))
-        .values(status=SENDING, claimed_by=instance_id, claimed_until=now + lease, attempts=O.c.attempts + 1)
-        .returning(*O.c)
-    )
-    return sorted((_outbox(r) for r in result), key=lambda r: (r.due_at, r.id))
-
-
 async def finish(
     conn: AsyncConnection,
     row_id: str,
@@ -331,7 +322,7 @@ async def sent_push_actions(conn: AsyncConnection, after: str | None, limit: int
     just after `after` (None: from the first): one page of the worker's walk over all of them."""
     query = (
         select(O.c.pending_id)
-        .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
+        .where(O.c.kind.in_(SHOWN), O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
         .group_by(O.c.pending_id)
         .order_by(O.c.pending_id)
         .limit(limit)
@@ -344,7 +335,8 @@ async def sent_push_actions(conn: AsyncConnection, after: str | None, limit: int
 async def queue_closes(
     conn: AsyncConnection, pending_ids: Sequence[str], now: dt.datetime, deadline: dt.datetime
 ) -> int:
-    """A `close` push to every device that was shown these actions; each at most once.
+    """A `close` push to every device that was shown these actions (a first notice or a reminder);
+    each at most once.
 
     Only rows already `sent` are marked and get their close: a push of the same action still
     queued, retrying or being sent keeps its mark clear, so once it is delivered it gets a close of
@@ -360,7 +352,7 @@ async def queue_closes(
             update(O)
             .where(
                 O.c.pending_id.in_(list(pending_ids)),
-                O.c.kind == PENDING,
+                O.c.kind.in_(SHOWN),
                 O.c.destination == PUSH,
                 O.c.status == SENT,
                 O.c.close_queued.is_(False),
@@ -371,8 +363,9 @@ async def queue_closes(
     )
     if not marked:
         return 0
-    closes = [
-        {
+    # One close per action and device, however many of its messages the device was shown.
+    closes = {
+        f"{r.pending_id}:{CLOSE[0]}{PUSH[0]}:{r.destination_id}": {
             "id": f"{r.pending_id}:{CLOSE[0]}{PUSH[0]}:{r.destination_id}",
             "pending_id": r.pending_id,
             "kind": CLOSE,
@@ -387,9 +380,9 @@ async def queue_closes(
             "created_at": now,
         }
         for r in marked
-    ]
+    }
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    await conn.execute(dialect.insert(O).values(closes).on_conflict_do_nothing())
+    await conn.execute(dialect.insert(O).values(list(closes.values())).on_conflict_do_nothing())
     return len(closes)
 
 
@@ -405,7 +398,7 @@ async def prune(conn: AsyncConnection, before: dt.datetime) -> int:
             O.c.status.in_(FINISHED),
             O.c.created_at < before,
             or_(
-                O.c.kind != PENDING,
+                O.c.kind.not_in(SHOWN),
                 O.c.destination != PUSH,
                 O.c.status != SENT,
                 O.c.close_queued.is_(True),
@@ -444,7 +437,7 @@ _OUTLOOK = select(
     select(func.min(O.c.due_at)).where(O.c.status == QUEUED).scalar_subquery().label("next_due"),
     select(func.min(O.c.claimed_until)).where(O.c.status == SENDING).scalar_subquery().label("lease_end"),
     exists()
-    .where(O.c.kind == PENDING, O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
+    .where(O.c.kind.in_(SHOWN), O.c.destination == PUSH, O.c.status == SENT, O.c.close_queued.is_(False))
     .label("awaiting_close"),
 )
 

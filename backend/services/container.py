@@ -11,9 +11,11 @@ from backend.executors.webhook import WebhookExecutor
 from backend.repository import tasks
 from backend.services.access import Access
 from backend.services.context import Deps
+from backend.services.decisions import Decisions
 from backend.services.inbox import Inbox
 from backend.services.live import LiveHub
 from backend.services.needs_you import NeedsYou
+from backend.services.needs_you_live import NeedsYouHub
 from backend.services.operations import Operations
 from backend.services.orchestrator import Orchestrator
 from backend.services.pending.actions import PendingActions
@@ -63,6 +65,8 @@ class Services:
     resume_recovery: ReservationRecovery
     inbox: Inbox
     needs_you: NeedsYou
+    needs_you_live: NeedsYouHub
+    decisions: Decisions
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -97,6 +101,7 @@ class Services:
             on_asked=reach,
         )
         live = LiveHub(deps, summaries)
+        needs_you = NeedsYou(deps, waiters)
         # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
         live.bundle_sessions.append(pending.remember_session)
         return cls(
@@ -118,5 +123,7 @@ class Services:
             watchdogs=watchdogs,
             resume_recovery=resume_recovery,
             inbox=inbox,
-            needs_you=NeedsYou(deps, waiters),
+            needs_you=needs_you,
+            needs_you_live=NeedsYouHub(deps, needs_you),
+            decisions=Decisions(deps),
         )

@@ -192,7 +192,15 @@ class Permissions:
             )
 
         return await self.lifecycle.respond_for(
-            Response(pending_id, KIND, check, behavior == DENY, authorize, on_claimed=remembered)
+            Response(
+                pending_id,
+                KIND,
+                check,
+                behavior == DENY,
+                authorize,
+                on_claimed=remembered,
+                decided_by=decided_by,
+            )
         )
 
     async def request(self, pending_id: str, *, authorize: Authorize) -> Bundle | None:

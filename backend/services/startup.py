@@ -5,7 +5,7 @@
    then the inbox (`Inbox.recover`: leases of gone processes, items a newer turn superseded)
 3. start-event outbox replay  (`ReservationRecovery.replay_outbox`)
 4. summaries of the tasks recovery touched (nothing listened to its events yet)
-5. the live hub: bus subscriber and summary projector
+5. the live hub: bus subscriber and summary projector; the needs-you hub (open inboxes)
 6. the waiter hub (hand-offs between processes, heartbeat)
 7. the token cache's listener (revocations and grant changes of every process)
 8. the primary-answer watchdogs
@@ -59,6 +59,7 @@ async def start(services: Services, *, then: Callable[[Services], Awaitable[None
         ("outbox replay", replay),
         ("summaries", summaries),
         ("live hub", services.live.start),
+        ("needs-you hub", services.needs_you_live.start),
         ("waiter hub", services.waiters.start),
         ("token cache", services.access.start),
         ("watchdogs", services.watchdogs.start),
@@ -89,6 +90,7 @@ async def stop(services: Services) -> None:
         ("claim restorer", services.pending.restorer.stop),
         ("token cache", services.access.stop),
         ("waiter hub", services.waiters.stop),
+        ("needs-you hub", services.needs_you_live.stop),
         ("live hub", services.live.stop),
     ):
         try:

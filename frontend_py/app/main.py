@@ -12,7 +12,8 @@ import js  # type: ignore[import-not-found]
 from pyscript import document, window  # type: ignore[import-not-found]
 from pyscript.ffi import create_proxy  # type: ignore[import-not-found]
 
-from frontend_py.app import net, notify, push, session, signin
+from frontend_py.app import net, notify, push, session, signin, triage
+from frontend_py.app.inbox import InboxView
 from frontend_py.app.navigation import Navigation
 from frontend_py.app.page import LIFETIMES, REFUSED, Page, attr, js_none, spawn
 from frontend_py.app.rules import Rules
@@ -44,6 +45,7 @@ class App:
         self.navigation = Navigation(self.page, self.sync, self.slot)
         self.sidebar = Sidebar(self.page, self.sync)
         self.session = session.SessionPane(self.page, self.sync, self.rules, self.slot)
+        self.inbox = InboxView(self.page, self.sync, self.rules, self.navigation.go)
         self.actions: dict[str, Callable[[Any], None]] = {}
         for part in (self.navigation, self.sync, self.rules, self.slot):
             self.actions.update(part.actions())
@@ -75,6 +77,7 @@ class App:
         self.navigation.apply_layout()
         self.page.socket.start()
         self.sync.start()
+        self.inbox.start()
         if not await self._first_tasks():
             return
         self.sync.booted = True
@@ -116,6 +119,7 @@ class App:
             (document, "click", self.on_click, False),
             (document, "input", self.on_input, False),
             (document, "keydown", self.on_key, False),
+            (document, "focusin", lambda event: self.inbox.on_focus(event.target), False),
             # Scroll events do not bubble: the card body's are caught on the way down.
             (document, "scroll", self.on_scroll, True),
             (js.window, "resize", lambda _event: self.slot.update_more(), False),
@@ -150,6 +154,7 @@ class App:
         retrying = session.focused_retry()
         self.sidebar.render()
         self.session.render(scroll)
+        self.inbox.render()
         if retrying is not None:
             session.keep_retry_focus(retrying)
         self.attention.update()
@@ -160,7 +165,12 @@ class App:
         target = event.target.closest("[data-action]")
         if js_none(target):
             return
-        handler = self.actions.get(attr(target, "data-action") or "")
+        action = attr(target, "data-action") or ""
+        if bool(document.getElementById("inbox-view").contains(target)) and self.inbox.on_action(
+            action, target
+        ):
+            return
+        handler = self.actions.get(action)
         if handler is not None:
             handler(target)
 
@@ -170,10 +180,14 @@ class App:
             return
         if bool(document.getElementById("rules").contains(target)):
             self.rules.write(target)
+        elif bool(document.getElementById("inbox-view").contains(target)):
+            self.inbox.on_input(target)
         else:
             self.slot.on_input(target)
 
     def on_key(self, event: Any) -> None:
+        if triage.on_key(self.inbox, event):
+            return
         key = str(event.key)
         if key in ARROWS:
             target = event.target

@@ -5,7 +5,14 @@ from pyscript import document, window  # type: ignore[import-not-found]
 from frontend_py.app.page import Page, attr, spawn
 from frontend_py.app.slot import Slot
 from frontend_py.app.sync import Sync
-from frontend_py.kit import ActivationController, Navigator, session_route, task_route
+from frontend_py.kit import (
+    OPENED_TASK,
+    ActivationController,
+    Navigator,
+    session_route,
+    sole_session,
+    task_route,
+)
 
 try:
     from collections.abc import Callable
@@ -17,7 +24,7 @@ PHONE_MEDIA = "(max-width: 767px)"
 
 
 def parse_route(path: str) -> tuple[str | None, str | None]:
-    """``/t/<task>`` and ``/t/<task>/s/<session>``; anything else is the task list."""
+    """``/t/<task>`` and ``/t/<task>/s/<session>``; anything else (``/``, ``/inbox``) is the inbox."""
     parts = [p for p in path.split("/") if p]
     if len(parts) >= 2 and parts[0] == "t":
         if len(parts) >= 4 and parts[2] == "s":
@@ -60,6 +67,7 @@ class Navigation:
             "drawer-toggle": lambda _target: self.set_drawer(not self.drawer_open),
             "drawer-close": lambda _target: self.set_drawer(False),
             "task-home": self._on_task_home,
+            "inbox": self._on_inbox,
         }
 
     def _on_task(self, target: Any) -> None:
@@ -72,6 +80,10 @@ class Navigation:
         session_id = attr(target, "data-session-id")
         if task_id and session_id:
             self.go(session_route(task_id, session_id))
+
+    def _on_inbox(self, _target: Any) -> None:
+        self.set_drawer(False)
+        self.go("/")
 
     def _on_task_home(self, _target: Any) -> None:
         if self.page.route_task:
@@ -88,6 +100,12 @@ class Navigation:
     async def activate(self, task_id: str) -> None:
         """What a task row's click does (and a notification's, from the page or the worker)."""
         result = await self.controller.activate(task_id)
+        only = sole_session(self.page.store, task_id) if result == OPENED_TASK else None
+        if only is not None and self.page.route_task == task_id and self.page.route_session is None:
+            # The task-only fallback of a task with one session: there is nothing to choose, so it
+            # opens (in place of the task route, which Back would only return to).
+            window.history.replaceState(None, "", session_route(task_id, only))
+            self.set_route(session_route(task_id, only))
         # Every finished activation is counted on the page, a stale one included, so its end is visible.
         self.activations += 1
         root = document.documentElement

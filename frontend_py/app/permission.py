@@ -64,9 +64,16 @@ class PermissionCard(Card):
     kind = PERMISSION
 
     def __init__(
-        self, page: Page, sync: Sync, holder: Holder, pending_id: str, rules: Rules, decided_here: set[str]
+        self,
+        page: Page,
+        sync: Sync,
+        holder: Holder,
+        pending_id: str,
+        rules: Rules,
+        decided_here: set[str],
+        where: tuple[str | None, str | None] | None = None,
     ) -> None:
-        super().__init__(page, sync, holder, pending_id)
+        super().__init__(page, sync, holder, pending_id, where)
         self.rules = rules
         # Requests decided on this page: when one closes on its decision's own event, that close is
         # not "decided elsewhere". Shared by every permission card of the page.
@@ -82,13 +89,26 @@ class PermissionCard(Card):
             return None
         return request
 
-    def html(self) -> str:
+    def _drawn(self) -> dict[str, Any] | None:
+        """The request to draw, the draft knowing whether its task has a project (a project scope is
+        offered only where there is one)."""
         request = self.request()
+        task = self.page.store.task(self.task_id) if self.task_id else None
+        self.draft["project"] = (task or {}).get("project")
+        return request
+
+    def html(self) -> str:
+        request = self._drawn()
+        return "" if request is None else view.card(request, self.draft, self.busy, self.error)
+
+    def body(self, ns: str, detached_note: bool = True) -> str:
+        request = self._drawn()
         if request is None:
             return ""
-        task = self.page.store.task(self.task_id) if self.task_id else None
-        self.draft["project"] = (task or {}).get("project")  # a project scope only where there is one
-        return view.card(request, self.draft, self.busy, self.error)
+        return view.body(request, self.draft, self.busy, self.error, ns, detached_note)
+
+    def buttons(self) -> str:
+        return view.buttons(bool(self.draft.get("editing")), self.busy)
 
     def write(self, box: Any) -> None:
         test_id = attr(box, "data-testid")
@@ -212,7 +232,7 @@ class PermissionCard(Card):
             self.error = "Could not send the decision: " + str(error)
         self.busy = False
         self.page.render()
-        spawn(self.sync.refresh_session(task_id, session_id))
+        self.refresh()
         if variables["remember"]:
             spawn(self.rules.load(session_id))
 

@@ -121,3 +121,32 @@ SESSION_EVENTS = (
 
 # The sign-in form tries a token with this before keeping it: a refused one is HTTP 401.
 SIGN_IN_CHECK = "query SignInCheck { __typename }"
+
+# --- the inbox and the audit trail (turn 4) ---------------------------------------------------------
+
+INBOX_ITEM_FIELDS = (
+    "pendingId kind taskId taskTitle sessionId askedAt agentWaiting"
+    " clarification { " + BUNDLE_FIELDS + " } permission { " + PERMISSION_FIELDS + " }"
+)
+
+# Everything that waits for the signed-in person, oldest first: read once at start (it is often
+# there before the socket is), then at once and after every change from the subscription.
+INBOX = "query Inbox { inbox(first: 200) { " + INBOX_ITEM_FIELDS + " } }"
+INBOX_CHANGED = "subscription InboxChanged { inboxChanged { " + INBOX_ITEM_FIELDS + " } }"
+
+AUDIT_FIELDS = (
+    "pendingId kind taskId sessionId askedAt decidedAt decidedBy outcome summary edited message"
+    " updatedInput ruleId"
+)
+
+# A session's settled pending actions, newest first: who decided what (the history's decision lines).
+SESSION_DECISIONS = (
+    "query SessionDecisions($sessionId: ID!) { decisions(sessionId: $sessionId, first: 500) { "
+    + AUDIT_FIELDS
+    + " } }"
+)
+
+# The input an edited allow changed: its decision line shows the diff.
+PERMISSION_INPUT = (
+    "query PermissionInput($pendingId: ID!) { permission(pendingId: $pendingId) { pendingId input } }"
+)

@@ -2,7 +2,7 @@
 
 from frontend_py.app import net, queries
 from frontend_py.app.cards import QUESTION, Card, Holder
-from frontend_py.app.page import REFUSED, Page, attr, js_none, spawn
+from frontend_py.app.page import REFUSED, Page, attr, js_none
 from frontend_py.app.sync import Sync
 from frontend_py.app.views import question as view
 from frontend_py.kit import Store
@@ -37,25 +37,43 @@ class QuestionCard(Card):
 
     kind = QUESTION
 
-    def __init__(self, page: Page, sync: Sync, holder: Holder, pending_id: str) -> None:
-        super().__init__(page, sync, holder, pending_id)
+    def __init__(
+        self,
+        page: Page,
+        sync: Sync,
+        holder: Holder,
+        pending_id: str,
+        where: tuple[str | None, str | None] | None = None,
+    ) -> None:
+        super().__init__(page, sync, holder, pending_id, where)
         self.selections: dict[str, list[str]] = {}
         self.custom: dict[str, str] = {}
 
     def questions(self) -> list[dict[str, Any]]:
         return find(self.page.store, self.sync.bundles, self.session_id, self.pending_id)
 
+    def context(self) -> str | None:
+        context = (self.sync.bundles.get(self.pending_id) or {}).get("context")
+        return None if context is None else str(context)
+
     def html(self) -> str:
-        bundle = self.sync.bundles.get(self.pending_id) or {}
         return view.card(
             self.pending_id,
             self.questions(),
-            bundle.get("context"),
+            self.context(),
             self.selections,
             self.custom,
             self.busy,
             self.error,
         )
+
+    def body(self, ns: str, detached_note: bool = True) -> str:
+        return view.body(
+            self.questions(), self.context(), self.selections, self.custom, self.error, ns, detached_note
+        )
+
+    def buttons(self) -> str:
+        return view.buttons(self.busy)
 
     def write(self, box: Any) -> None:
         question_id = attr(box, "data-question-id")
@@ -116,8 +134,8 @@ class QuestionCard(Card):
 
     async def respond(self, rejected: bool) -> None:
         """Submit the draft (or Skip: reject the bundle); the session is read again either way."""
-        pending_id, session_id, task_id = self.pending_id, self.session_id, self.task_id
-        if session_id is None or task_id is None or self.busy:
+        pending_id = self.pending_id
+        if self.session_id is None or self.task_id is None or self.busy:
             return
         answers = [] if rejected else self._answers()
         if not rejected and not answers:
@@ -138,7 +156,7 @@ class QuestionCard(Card):
             self.error = "Could not send the answer: " + str(error)
         self.busy = False
         self.page.render()
-        spawn(self.sync.refresh_session(task_id, session_id))
+        self.refresh()
 
     def _apply(self, result: dict[str, Any]) -> None:
         kind = result.get("__typename")

@@ -53,8 +53,8 @@ class SessionPane:
         task_id = page.route_task
         task = page.store.task(task_id) if task_id else None
         if task_id is None or task is None:
-            message = "Choose a task to see its sessions." if not task_id else "This task is not available."
-            page.set_html("task-head", tasks.home(message))
+            # No task open: the inbox shows instead (inbox.py); a task this page does not have says so.
+            page.set_html("task-head", "" if not task_id else tasks.home("This task is not available."))
             page.set_html("tabs", "")
             page.set_html("rules", "")
             page.set_html("transcript", "")
@@ -112,7 +112,9 @@ class SessionPane:
         if failure is not None:
             html = parts.load_failed("history", failure, self.sync.loads.running(history_key))
         else:
-            html = transcript.transcript(turns, page.store.messages(session_id), active_ids)
+            messages = page.store.messages(session_id)
+            after, tail = self.sync.decisions.placed(session_id, messages)
+            html = transcript.transcript(turns, messages, active_ids, after, tail)
         changed = page.set_html("transcript", html)
         card_changed = self.slot.render(session_id, active_ids, action)
         if (changed and scroll) or ((changed or card_changed) and at_end):

@@ -3,15 +3,13 @@
 from pyscript import document, window  # type: ignore[import-not-found]
 
 from frontend_py.app import queries
-from frontend_py.app.cards import PERMISSION, QUESTION, Card, Holder
+from frontend_py.app.cards import PERMISSION, QUESTION, Card, Holder, notice_html
 from frontend_py.app.page import Page, attr, js_none, spawn
 from frontend_py.app.permission import PermissionCard, closed_reason, live_request
 from frontend_py.app.question import QuestionCard, find
 from frontend_py.app.rules import Rules
 from frontend_py.app.sync import Sync
 from frontend_py.app.views import parts
-from frontend_py.app.views import permission as permission_view
-from frontend_py.app.views import question as question_view
 
 try:
     from collections.abc import Callable
@@ -231,16 +229,7 @@ class Slot(Holder):
         return self._set_html(html)
 
     def notice_html(self) -> str:
-        if self.notice is None:
-            return ""
-        reason, won, kind = self.notice
-        if reason == "QUEUED":
-            return permission_view.queued_notice() if kind == PERMISSION else question_view.queued_notice()
-        if reason == "FAILED":
-            return parts.failed_notice(kind, "decision" if kind == PERMISSION else "answer")
-        if kind == PERMISSION:
-            return permission_view.notice(reason, won)
-        return question_view.conflict_notice(reason, won)
+        return notice_html(self.notice)
 
     # --- drawing, keeping the focus and the scroll position ------------------------------------
 

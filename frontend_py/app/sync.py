@@ -3,6 +3,7 @@
 from pyscript import window  # type: ignore[import-not-found]
 
 from frontend_py.app import loads, net, queries
+from frontend_py.app.decisions import Decisions
 from frontend_py.app.page import REFUSED, Page, spawn
 from frontend_py.app.rules import Rules
 from frontend_py.kit import PERMISSION
@@ -35,6 +36,7 @@ class Sync:
     def __init__(self, page: Page, rules: Rules) -> None:
         self.page = page
         self.rules = rules
+        self.decisions = Decisions(page, rules)
         self.task_order: list[str] = []
         # Active question bundles by pending id, as the session loads named them (the cards' fallback
         # while the session's messages are still loading).
@@ -197,6 +199,7 @@ class Sync:
         for event in self.history_events.pop(session_id, []):
             store.apply_session_event(session_id, event)
         self.page.render(True)
+        spawn(self.decisions.load(session_id))
 
     async def reload_turns(self, session_id: str) -> None:
         try:
@@ -295,4 +298,6 @@ class Sync:
         if isinstance(message, dict) and message.get("kind") == "permission_request":
             # A decision here or elsewhere may have remembered a rule (or a rule decided this one).
             spawn(self.rules.load(session_id))
+        # Any event may settle a pending action (an answer, a supersede): its decision line follows.
+        spawn(self.decisions.load(session_id))
         self.page.render(True)

@@ -8,6 +8,7 @@ from frontend_py.kit.activation import (
     ActivationController,
     Navigator,
     session_route,
+    sole_session,
     task_route,
 )
 from frontend_py.kit.derivation import (
@@ -50,6 +51,7 @@ __all__ = [
     "pending_action",
     "session_pending",
     "session_route",
+    "sole_session",
     "task_route",
     "turn_row",
     "visible_turns",

@@ -118,6 +118,13 @@ def clean_choice(store: Store, task_id: str) -> str | None:
     return None if newest is None else str(newest["id"])
 
 
+def sole_session(store: Store, task_id: str) -> str | None:
+    """The task's one session when it has exactly one: where a task-only fallback of an activation
+    goes next (there is nothing to choose), whatever that session holds."""
+    sessions = store.task_sessions(task_id)
+    return str(sessions[0]["id"]) if len(sessions) == 1 else None
+
+
 def pending_owner(store: Store, task_id: str, action: str) -> str | None:
     """The newest input-capable session whose pending action matches the task's, or None."""
     candidates = [

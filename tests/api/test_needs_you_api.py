@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from tests.api.client import Client, GraphQLError
-from tests.api.gql import GRANT, START, running_session, token_for
+from tests.api.client import Client, GraphQLError, Subscription
+from tests.api.gql import CREATE_SESSION, GRANT, SET_STATE, START, running_session, token_for
 from tests.api.kinds import API_CLARIFICATION, API_KINDS, API_PERMISSION, ApiKind
+from tests.api.test_scale_out import sample, scrape
 from tests.servers import Server
 
 ITEM = """pendingId kind taskId taskTitle sessionId askedAt agentWaiting
@@ -146,3 +147,126 @@ async def test_a_first_out_of_bounds_is_refused(admin: Client, first: int) -> No
         await admin.execute(INBOX, {"n": first})
     assert refused.value.codes == ["BAD_USER_INPUT"]
     assert "first" in refused.value.errors[0]["message"]
+
+
+# --- inboxChanged ------------------------------------------------------------------------------
+
+CHANGED = "subscription { inboxChanged { pendingId kind taskTitle agentWaiting askedAt } }"
+UNGRANT = "mutation($u: ID!, $t: ID!) { revokeTask(userId: $u, taskId: $t) }"
+
+
+async def second_session(admin: Client, task_id: str) -> str:
+    """Another RUNNING session of the task, with an open turn."""
+    session_id = (await admin.execute(CREATE_SESSION, {"task": task_id, "p": False}))["createSession"]["id"]
+    await admin.execute(SET_STATE, {"s": session_id, "st": "RUNNING"})
+    await admin.execute(START, {"s": session_id})
+    return str(session_id)
+
+
+async def pending_ids(sub: Subscription) -> list[str]:
+    return [i["pendingId"] for i in (await sub.next())["inboxChanged"]]
+
+
+async def until(sub: Subscription, expected: list[str], *, waiting: bool = False) -> list[dict[str, Any]]:
+    """The next list whose items are `expected`, none with an agent waiting unless `waiting` (an ask
+    that detaches sends the list with it waiting, then detached)."""
+    for _ in range(10):
+        items = (await sub.next())["inboxChanged"]
+        if [i["pendingId"] for i in items] == expected and all(i["agentWaiting"] is waiting for i in items):
+            return list(items)
+    raise AssertionError(f"the inbox never became {expected}")
+
+
+@pytest.mark.parametrize("kind", API_KINDS, ids=str)
+async def test_inbox_changed_sends_the_list_at_once_then_again_on_ask_respond_and_supersede(
+    server: Server, admin: Client, kind: ApiKind
+) -> None:
+    task_id, session_id = await running_session(admin)
+    waiting = await kind.detached(admin, session_id)
+    caller = await person(server, admin, task_id)
+    try:
+        async with caller.subscribe(CHANGED) as sub:
+            assert await pending_ids(sub) == [waiting]
+            asked_in = await second_session(admin, task_id)
+            asked = await kind.detached(admin, asked_in)
+            await until(sub, [waiting, asked])
+            assert (await kind.answer(caller, waiting))["__typename"] == kind.responded
+            assert await pending_ids(sub) == [asked]
+            await admin.execute(START, {"s": asked_in})  # a newer turn supersedes the other
+            assert await pending_ids(sub) == []
+    finally:
+        await caller.aclose()
+
+
+async def test_inbox_changed_follows_a_grant_given_and_taken_away(server: Server, admin: Client) -> None:
+    task_id, session_id = await running_session(admin, title="Granted later")
+    question = await API_CLARIFICATION.detached(admin, session_id)
+    user_id, token = await token_for(admin, "user", name=f"person-{uuid.uuid4().hex[:8]}")
+    caller = Client(server.base_url, token)
+    try:
+        async with caller.subscribe(CHANGED) as sub:
+            assert await pending_ids(sub) == []
+            await admin.execute(GRANT, {"u": user_id, "t": task_id})
+            (item,) = (await sub.next())["inboxChanged"]
+            assert (item["pendingId"], item["taskTitle"]) == (question, "Granted later")
+            await admin.execute(UNGRANT, {"u": user_id, "t": task_id})
+            assert await pending_ids(sub) == []
+    finally:
+        await caller.aclose()
+
+
+async def test_inbox_changed_tells_when_an_agent_starts_waiting_and_stops(
+    admin: Client, server: Server
+) -> None:
+    task_id, session_id = await running_session(admin)
+    caller = await person(server, admin, task_id)
+    try:
+        async with caller.subscribe(CHANGED) as sub:
+            assert await pending_ids(sub) == []
+            async with API_PERMISSION.ask_live(admin, session_id) as ask:
+                pending_id, _ = API_PERMISSION.asked((await ask.next())["askPermission"])
+                (item,) = (await sub.next())["inboxChanged"]
+                assert (item["pendingId"], item["agentWaiting"]) == (pending_id, True)
+            (item,) = (await sub.next())["inboxChanged"]  # the agent went away: detached
+            assert (item["pendingId"], item["agentWaiting"]) == (pending_id, False)
+    finally:
+        await caller.aclose()
+
+
+async def test_an_agent_token_cannot_subscribe_to_an_inbox(server: Server, admin: Client) -> None:
+    _, session_id = await running_session(admin)
+    _, token = await token_for(admin, "agent", name=f"agent-{uuid.uuid4().hex[:8]}", session_id=session_id)
+    agent = Client(server.base_url, token)
+    try:
+        with pytest.raises(GraphQLError) as refused:
+            async with agent.subscribe(CHANGED) as sub:
+                await sub.next()
+        assert refused.value.codes == ["FORBIDDEN"]
+    finally:
+        await agent.aclose()
+
+
+# --- blocked time at /metrics -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", API_KINDS, ids=str)
+async def test_metrics_count_what_waits_its_oldest_age_and_the_wait_until_a_decision(
+    server: Server, admin: Client, kind: ApiKind
+) -> None:
+    labels = f'kind="{kind.name}"'
+    _, session_id = await running_session(admin)
+    before = await scrape(server)
+    pending_id = await kind.detached(admin, session_id)
+    waiting = await scrape(server)
+    assert sample(waiting, "turnwise_pending_actions_waiting", labels) == (
+        sample(before, "turnwise_pending_actions_waiting", labels) + 1
+    )
+    assert sample(waiting, "turnwise_pending_action_oldest_seconds", labels) > 0
+    assert (await kind.answer(admin, pending_id))["__typename"] == kind.responded
+    after = await scrape(server)
+    assert sample(after, "turnwise_pending_actions_waiting", labels) == sample(
+        before, "turnwise_pending_actions_waiting", labels
+    )
+    decided = f'{labels},outcome="{"ALLOWED" if kind.is_permission else "ANSWERED"}"'
+    series = "turnwise_pending_action_decision_seconds_count"
+    assert sample(after, series, decided) == sample(before, series, decided) + 1

@@ -29,6 +29,7 @@ from frontend_py.kit import (
     PERMISSION,
     ActivationController,
     Store,
+    sole_session,
 )
 
 try:
@@ -400,3 +401,11 @@ def test_a_summary_arriving_during_a_legacy_load_discards_the_owner_and_opens_th
         settle(run)
         assert run.result == OPENED_TASK, name
         assert log.entries == _then_close([("release", name), ("navigate", "/t/T")], name, closes), name
+
+
+def test_the_sole_session_of_a_task_is_where_its_task_only_fallback_goes_next() -> None:
+    one = store_with([task("T", [session("only")])])
+    assert sole_session(one, "T") == "only"
+    two = store_with([task("T", [session("a"), session("b")])])
+    assert sole_session(two, "T") is None
+    assert sole_session(store_with([task("T", [])]), "T") is None

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -34,15 +32,9 @@ from tests.reach.receivers import (
     smtp_server,
     webhook,
 )
-from tests.servers import ADMIN_TOKEN, Server, drop_database, free_port, fresh_database
+from tests.reach.support import PUBLIC, StartServer, people
+from tests.servers import ADMIN_TOKEN, Server, free_port
 
-PUBLIC = "http://turnwise.example"
-ENV = {
-    "TURNWISE_NOTIFY_AFTER_SECONDS": "0.3",
-    "TURNWISE_NOTIFY_POLL_SECONDS": "0.1",
-    "TURNWISE_OUTBOUND_ALLOWED_HOSTS": "127.0.0.1",
-    "TURNWISE_PUBLIC_URL": PUBLIC,
-}
 ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!, $t: Float) {
   askClarification(sessionId: $s, questions: $q, timeoutSeconds: $t) {
     __typename ... on ClarificationAsked { bundle { pendingId } } } }"""
@@ -59,62 +51,6 @@ REGISTER = """mutation($e: String!, $k: String!, $a: String!) {
   registerPushSubscription(endpoint: $e, p256dh: $k, auth: $a) }"""
 PUSH_CONFIG = "{ pushConfig { vapidPublicKey } }"
 QUESTION = {"prompt": "Deploy to staging now?", "options": [{"label": "Yes"}, {"label": "Not yet"}]}
-
-
-StartServer = Callable[..., Awaitable[Server]]
-
-
-@pytest.fixture
-async def start() -> AsyncIterator[StartServer]:
-    """`await start(dialect, env)`: a server on a new database (`url=` for another server on one,
-    `broadcast_url=` for a shared bus); every server stopped and every database dropped at the end."""
-    servers: list[Server] = []
-    databases: list[str] = []
-
-    async def make(
-        dialect: str = "sqlite",
-        env: dict[str, str] | None = None,
-        *,
-        url: str | None = None,
-        broadcast_url: str = "memory://",
-    ) -> Server:
-        if url is None:
-            url = await asyncio.to_thread(fresh_database, dialect)
-            databases.append(url)
-        server = Server(url, env={**ENV, **(env or {})}, broadcast_url=broadcast_url)
-        servers.append(server)
-        return await asyncio.to_thread(server.start)
-
-    try:
-        yield make
-    finally:
-        for server in servers:
-            await asyncio.to_thread(server.stop)
-        for url in databases:
-            await asyncio.to_thread(drop_database, url)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def dialect(request: pytest.FixtureRequest) -> str:
-    if request.param == "postgresql":
-        request.getfixturevalue("pg_url")  # skips, or fails where PostgreSQL is required
-    return str(request.param)
-
-
-@asynccontextmanager
-async def people(server: Server) -> AsyncIterator[tuple[Client, Client, str, str, str]]:
-    """(admin, the person, task id, session id, the agent's token): the person may see the task."""
-    admin = Client(server.base_url, ADMIN_TOKEN)
-    task_id, session_id = await running_session(admin, title="Release 2.4")
-    user_id, user_token = await token_for(admin, "user", name="dana")
-    await admin.execute(GRANT, {"u": user_id, "t": task_id})
-    _, agent_token = await token_for(admin, "agent", name="release-agent", session_id=session_id)
-    person = Client(server.base_url, user_token)
-    try:
-        yield admin, person, task_id, session_id, agent_token
-    finally:
-        await person.aclose()
-        await admin.aclose()
 
 
 async def ask(server: Server, token: str, session_id: str, *, wait: float = 0.2) -> str:

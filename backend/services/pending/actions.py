@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from backend import faults
+from backend import faults, metrics
 from backend.db.engine import STORAGE_ERRORS
 from backend.domain.errors import CorruptData, InvalidInput
 from backend.domain.events import EventKind
@@ -195,9 +195,15 @@ class PendingActions:
     # --- respond --------------------------------------------------------------------------------
 
     async def respond(
-        self, pending_id: str, answers: Sequence[Answer], *, rejected: bool, authorize: Authorize
+        self,
+        pending_id: str,
+        answers: Sequence[Answer],
+        *,
+        rejected: bool,
+        authorize: Authorize,
+        decided_by: str | None = None,
     ) -> RespondOutcome:
-        """Answer (or, rejected, skip) a clarification."""
+        """Answer (or, rejected, skip) a clarification; `decided_by`: the user answering."""
         return await self.responding.respond(
             Response(
                 pending_id,
@@ -205,6 +211,7 @@ class PendingActions:
                 lambda bundle: validate_answers(bundle, answers, rejected=rejected),
                 rejected,
                 authorize,
+                decided_by=decided_by,
             )
         )
 
@@ -236,6 +243,9 @@ class PendingActions:
                 return False
             changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
             if changed:
+                w.after_commit(
+                    lambda: metrics.observe_decision(bundle.kind.value, "CANCELLED", bundle.asked_at)
+                )
                 await tasks.mark_running_when_unblocked(conn, session_id)
                 w.touch(session_id)
                 w.publish_messages(bundle.task_id, session_id, EventKind.MESSAGE_UPDATED, changed)

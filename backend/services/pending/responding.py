@@ -63,6 +63,8 @@ class Response:
     rejected: bool
     authorize: Authorize
     on_claimed: OnClaimed | None = None
+    # The user whose response this is, kept with the claimed rows (the audit trail's "decided by").
+    decided_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +201,7 @@ class Responding:
             claim_id=claim_id,
             detach_rows=not live,
             bump=True,
+            decided_by=response.decided_by,
         )
         if not rows:
             return None

@@ -15,7 +15,10 @@ look:
 
 1. records rows a dead process left `sending` as failed (they may have gone out: never twice);
 2. claims due rows (`notify_after_seconds` after the ask; PostgreSQL: SKIP LOCKED, so with
-   `--workers N` exactly one process takes each row), marking them `sending`;
+   `--workers N` exactly one process takes each row), marking them `sending`, and in the same
+   transaction writes what follows each (a person's next reminder, their escalation), puts off a
+   first notice its person wants later, and skips reminders of actions settled meanwhile
+   (`reminders`);
 3. sends each whose action is still pending (else `skipped`; while an answer's delivery is claimed
    it waits, since a claim may be restored): a push through the subscription's push service, a
    message through Apprise; 404/410 removes the subscription; a refused connection, 429 or 5xx is
@@ -31,8 +34,9 @@ never an ask.
 
 Its parts, one concern each: `asking` (an ask's outbox rows and the wake-ups they send),
 `destinations` (push subscriptions, channels and the VAPID key), `delivery` (sending a claimed
-batch), `closing` (closing the pushes of settled actions) and `worker` (the loop, and `Reach`, the
-service made of these parts).
+batch), `closing` (closing the pushes of settled actions), `reminders` (a person's reminder and
+escalation preferences, and the claim that decides each due message and writes its follow-ups) and
+`worker` (the loop, and `Reach`, the service made of these parts).
 """
 
 from backend.services.reach.asking import WAKE, WAKE_CHANNEL

@@ -12,13 +12,15 @@ import httpx
 
 from backend.db.engine import utcnow
 from backend.domain import reach as text
+from backend.domain import reminders as later
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.outbound import channels, webpush
 from backend.repository import clarifications as bundles
 from backend.repository import reach as repo
-from backend.repository import tasks
+from backend.repository import reminders, tasks
 from backend.repository.reach import OutboxRow
+from backend.repository.reminders import ESCALATE, REMIND
 from backend.services.reach.closing import SETTLED, bundles_of
 from backend.services.reach.destinations import Destinations
 
@@ -30,6 +32,12 @@ ACTIVE = (BundleState.ACTIVE_LIVE, BundleState.ACTIVE_DETACHED)
 SEND_SLACK = 1.0
 MAX_BACKOFF = 60.0
 DEFAULT_TITLE = "A task"
+
+
+def _waited(row: OutboxRow) -> str:
+    """How long the row's action has waited, as its message says it."""
+    asked = row.asked
+    return later.waited(0.0 if asked is None else (utcnow() - asked).total_seconds())
 
 
 def _backoff(attempts: int, first: float) -> dt.timedelta:
@@ -54,6 +62,7 @@ class Batch:
     subscriptions: dict[str, repo.PushSubscription]
     channels: dict[str, repo.Channel]
     titles: dict[str, str]
+    names: dict[str, str]  # the people whose escalation channels are told
 
 
 class Delivery(Destinations):
@@ -102,7 +111,10 @@ class Delivery(Destinations):
             subscriptions = await repo.push_subscriptions(conn, push_ids)
             found_channels = await repo.channels(conn, channel_ids)
             titles = await tasks.task_titles(conn, sorted({r.task_id for r in rows}))
-        return Batch(bundles_of(facts), subscriptions, found_channels, titles)
+            escalated = {r.destination_id for r in rows if r.kind == ESCALATE}
+            people = sorted({c.user_id for c in found_channels.values() if c.id in escalated})
+            names = await reminders.names(conn, people)
+        return Batch(bundles_of(facts), subscriptions, found_channels, titles, names)
 
     def _retry(self, row: OutboxRow, error: str, *, give_up: str = repo.FAILED) -> Outcome:
         retry_at = utcnow() + _backoff(row.attempts, self.settings.notify_backoff_seconds)
@@ -128,7 +140,7 @@ class Delivery(Destinations):
 
     async def _attempt(self, row: OutboxRow, batch: Batch) -> Outcome:
         bundle = batch.bundles.get(row.pending_id)
-        if row.kind == repo.PENDING and (bundle is None or bundle.state not in ACTIVE):
+        if row.kind != repo.CLOSE and (bundle is None or bundle.state not in ACTIVE):
             if bundle is not None and bundle.state not in SETTLED:
                 # An answer's delivery is claimed: if the claim is restored, the action is pending
                 # again and its person must still hear of it. Look again later.
@@ -147,6 +159,10 @@ class Delivery(Destinations):
             payload = text.close_payload(row.pending_id)
         else:
             payload = text.push_payload(bundle, batch.titles.get(row.task_id, DEFAULT_TITLE))
+            if row.kind == REMIND:
+                payload["title"], payload["body"] = later.reminder_push(
+                    payload["title"], payload["body"], _waited(row)
+                )
         client = self.client or self._new_client()
         result = await webpush.send(
             client,
@@ -181,6 +197,11 @@ class Delivery(Destinations):
         title, body = text.chat_message(
             bundle, batch.titles.get(row.task_id, DEFAULT_TITLE), row.session_id, public
         )
+        if row.kind == REMIND:
+            title, body = later.reminder_chat(title, body, _waited(row))
+        elif row.kind == ESCALATE:
+            person = batch.names.get(found.user_id, "its person")
+            title, body = later.escalation_chat(title, body, _waited(row), person)
         if await channels.deliver(target, title, body, self.settings.notify_send_seconds):
             log.info(
                 "channel message sent",

@@ -21,6 +21,7 @@ from backend.services.context import Deps
 from backend.services.reach.asking import WAKE_CHANNEL, due_of
 from backend.services.reach.closing import CLOSE_SCAN, Closing
 from backend.services.reach.delivery import Delivery
+from backend.services.reach.reminders import Reminders
 
 log = logging.getLogger("turnwise.reach")
 BATCH = 50
@@ -28,7 +29,7 @@ PRUNE_EVERY = dt.timedelta(hours=1)
 
 
 @dataclass
-class Reach(Delivery, Closing):
+class Reach(Delivery, Closing, Reminders):
     """The reach service: its parts' state, and the worker that runs them."""
 
     deps: Deps
@@ -124,7 +125,7 @@ class Reach(Delivery, Closing):
                 await repo.abandon_stale_sends(conn, now)
         if seen.next_due is not None and seen.next_due <= now:
             async with self.deps.db.write() as conn:
-                claimed = await repo.claim_due(conn, self.deps.instance_id, now, self.lease, BATCH)
+                claimed = await self._claim(conn, now, self.lease, BATCH)
             if claimed:
                 await self._send_all(claimed)
                 return 0.0  # more may be due: look again at once

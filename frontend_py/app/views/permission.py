@@ -14,29 +14,42 @@ def card(request: dict[str, Any], draft: dict[str, Any], busy: bool, error: str 
     """The card for a session's active permission request.
 
     ``draft`` is the person's: ``reason`` (for a deny), ``editing`` with ``edited`` (the input's
-    text), ``any`` (remember any input of the tool, not only this one).
+    text), the rule to remember (``choice``, ``scope``, ``confirming``; see ``remember``).
     """
-    pending_id = str(request.get("pendingId") or "")
-    tool = str(request.get("toolName") or "")
-    editing = bool(draft.get("editing"))
-    disabled = " disabled" if busy else ""
-    parts = [
+    return (
         card_open(
             "permission",
-            pending_id,
+            str(request.get("pendingId") or ""),
             PERMISSION_ICON,
             "The agent asks to use a tool",
             "Hide the request (Esc); it keeps waiting",
         )
-    ]
-    parts.append(
+        + body(request, draft, busy, error)
+        + card_close(buttons(bool(draft.get("editing")), busy))
+    )
+
+
+def body(
+    request: dict[str, Any],
+    draft: dict[str, Any],
+    busy: bool,
+    error: str | None,
+    ns: str = "perm",
+    detached_note: bool = True,
+) -> str:
+    """A request's tool, input, the deny reason and "always allow", wherever it is shown (a card, an
+    inbox item); ``ns`` prefixes the element ids, ``detached_note`` as in ``question.body``."""
+    tool = str(request.get("toolName") or "")
+    editing = bool(draft.get("editing"))
+    disabled = " disabled" if busy else ""
+    parts = [
         '<p class="perm-tool"><span class="perm-label">Tool</span>'
         '<code class="perm-name" data-testid="permission-tool">' + esc(tool) + "</code></p>"
-    )
+    ]
     context = request.get("context")
     if context:
         parts.append('<p class="card-context">' + esc(context) + "</p>")
-    if request.get("agentDisconnected"):
+    if request.get("agentDisconnected") and detached_note:
         parts.append(
             '<p class="card-detached" data-testid="permission-detached">The agent stopped waiting and '
             "went on as if denied. Allow resumes it with this tool call; Deny only closes the request.</p>"
@@ -44,36 +57,40 @@ def card(request: dict[str, Any], draft: dict[str, Any], busy: bool, error: str 
     error_html = ""
     if error:
         error_html = (
-            '<p class="card-error" id="perm-error" role="alert" data-testid="permission-error">'
+            '<p class="card-error" id="'
+            + ns
+            + '-error" role="alert" data-testid="permission-error">'
             + esc(error)
             + "</p>"
         )
     if editing:
         # The error sits under the editor it is about.
-        parts.append(_editor(draft, disabled, error_html))
+        parts.append(_editor(draft, disabled, error_html, ns))
         error_html = ""
     else:
-        parts.append(_input(request, draft, disabled))
+        parts.append(_input(request, draft, disabled, ns))
     parts.append(
-        '<label class="perm-field" for="perm-reason">Reason, if you deny '
-        '<span class="perm-hint">(optional; the agent sees it)</span></label>'
-        '<textarea id="perm-reason" class="custom perm-reason" rows="1" data-testid="permission-reason" '
+        '<label class="perm-field" for="'
+        + ns
+        + '-reason">Reason, if you deny <span class="perm-hint">(optional; the agent sees it)</span></label>'
+        '<textarea id="'
+        + ns
+        + '-reason" class="custom perm-reason" rows="1" data-testid="permission-reason" '
         'placeholder="Why not?">' + esc(draft.get("reason") or "") + "</textarea>"
     )
     parts.append(error_html)
-    parts.append(card_close(_buttons(editing, busy, disabled)))
     return "".join(parts)
 
 
-def _editor(draft: dict[str, Any], disabled: str, error_html: str) -> str:
+def _editor(draft: dict[str, Any], disabled: str, error_html: str, ns: str) -> str:
     """The input as JSON in a text box, while the person edits it before allowing."""
     return (
-        '<div class="perm-input-head"><label class="perm-label" for="perm-edited">Input as JSON</label>'
+        '<div class="perm-input-head"><label class="perm-label" for="' + ns + '-edited">Input as JSON</label>'
         '<button type="button" class="btn ghost small" data-action="perm-edit-cancel" '
         'data-testid="permission-edit-cancel"' + disabled + ">Cancel edit</button></div>"
-        '<textarea id="perm-edited" class="custom perm-editor" rows="6" spellcheck="false" '
+        '<textarea id="' + ns + '-edited" class="custom perm-editor" rows="6" spellcheck="false" '
         'autocapitalize="off" data-testid="permission-edited-input"'
-        + (' aria-invalid="true" aria-describedby="perm-error"' if error_html else "")
+        + (' aria-invalid="true" aria-describedby="' + ns + '-error"' if error_html else "")
         + ">"
         + esc(draft.get("edited") or "")
         + "</textarea>"
@@ -81,17 +98,18 @@ def _editor(draft: dict[str, Any], disabled: str, error_html: str) -> str:
     )
 
 
-def _input(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> str:
+def _input(request: dict[str, Any], draft: dict[str, Any], disabled: str, ns: str) -> str:
     """The input as asked, with Edit and the rule to remember it by."""
     return (
-        '<div class="perm-input-head"><span class="perm-label" id="perm-input-label">Input</span>'
+        '<div class="perm-input-head"><span class="perm-label" id="' + ns + '-input-label">Input</span>'
         '<button type="button" class="btn ghost small" data-action="perm-edit" '
         'data-testid="permission-edit"' + disabled + ">Edit, then allow</button></div>"
-        '<div class="perm-input" role="group" aria-labelledby="perm-input-label" '
-        'data-testid="permission-input">'
+        '<div class="perm-input" role="group" aria-labelledby="'
+        + ns
+        + '-input-label" data-testid="permission-input">'
         + tools.html(request.get("input"))
         + "</div>"
-        + remember(request, draft, disabled)
+        + remember(request, draft, disabled, ns)
     )
 
 
@@ -157,7 +175,7 @@ def _choices(suggestions: list[dict[str, Any]], choice: int, disabled: str) -> s
     return "".join(options)
 
 
-def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> str:
+def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str, ns: str = "perm") -> str:
     """ "Always allow": the rules this request suggests (this exact call, the command's prefix, the
     file's folder, the tool), where it applies, and for a rule that lets any input of a tool through,
     the warning that asks once more."""
@@ -176,15 +194,20 @@ def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str) -> s
         )
     return (
         '<div class="perm-always" data-testid="permission-remember">'
-        '<p class="perm-label" id="perm-rules-label">Always allow</p>'
+        '<p class="perm-label" id="'
+        + ns
+        + '-rules-label">Always allow</p>'
         + (
-            '<div class="perm-choices" role="group" aria-labelledby="perm-rules-label" '
+            '<div class="perm-choices" role="group" aria-labelledby="' + ns + '-rules-label" '
             'data-testid="permission-suggestions">' + options + "</div>"
             if options
             else ""
         )
-        + '<div class="perm-scopes" role="group" aria-labelledby="perm-scopes-label" '
-        'data-testid="permission-scopes"><span class="perm-hint" id="perm-scopes-label">Where:</span>'
+        + '<div class="perm-scopes" role="group" aria-labelledby="'
+        + ns
+        + '-scopes-label" data-testid="permission-scopes"><span class="perm-hint" id="'
+        + ns
+        + '-scopes-label">Where:</span>'
         + scopes
         + "</div>"
         + action
@@ -211,7 +234,9 @@ def _broad_warning(request: dict[str, Any], picked: dict[str, Any], where: str, 
     )
 
 
-def _buttons(editing: bool, busy: bool, disabled: str) -> str:
+def buttons(editing: bool, busy: bool) -> str:
+    """Deny and Allow (Allow edited while the input is being edited)."""
+    disabled = " disabled" if busy else ""
     deny = (
         '<button type="button" class="btn ghost danger" data-action="perm-deny" data-testid="permission-deny"'
         + disabled

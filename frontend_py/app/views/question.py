@@ -55,12 +55,8 @@ def card(
     error: str | None,
 ) -> str:
     """The question card for one active bundle; ``selections``/``custom`` are the user's draft."""
-    detached = False
-    for question in questions:
-        if question.get("agentDisconnected"):
-            detached = True
     # Hiding keeps the question waiting (Skip is the one that rejects it); Escape does the same.
-    parts = [
+    return (
         card_open(
             "clarification",
             pending_id,
@@ -68,10 +64,33 @@ def card(
             "The agent needs your input",
             "Hide the question (Esc); it keeps waiting",
         )
-    ]
+        + body(questions, context, selections, custom, error)
+        + card_close(buttons(busy))
+    )
+
+
+def body(
+    questions: list[dict[str, Any]],
+    context: str | None,
+    selections: dict[str, list[str]],
+    custom: dict[str, str],
+    error: str | None,
+    ns: str = "card",
+    detached_note: bool = True,
+) -> str:
+    """A bundle's questions with the draft, wherever they are shown (a card, an inbox item).
+
+    ``ns`` prefixes the element ids, so several bundles can be on one page; ``detached_note`` says
+    in words that the agent stopped waiting (an inbox item says it in its own header).
+    """
+    detached = False
+    for question in questions:
+        if question.get("agentDisconnected"):
+            detached = True
+    parts = []
     if context:
         parts.append('<p class="card-context">' + esc(context) + "</p>")
-    if detached:
+    if detached and detached_note:
         parts.append(
             '<p class="card-detached" data-testid="clarification-detached">The agent stopped waiting '
             "for this answer. It is resumed with your answer when you submit it, at once or "
@@ -79,33 +98,37 @@ def card(
         )
     for number, question in enumerate(questions, 1):
         question_id = question.get("questionId") or ""
-        parts.append(_question(number, question, selections.get(question_id) or [], custom.get(question_id)))
+        parts.append(
+            _question(number, question, selections.get(question_id) or [], custom.get(question_id), ns)
+        )
     if error:
         parts.append(
             '<p class="card-error" role="alert" data-testid="clarification-error">' + esc(error) + "</p>"
         )
-    disabled = " disabled" if busy else ""
-    parts.append(
-        card_close(
-            '<button type="button" class="btn ghost" data-action="skip" '
-            'data-testid="clarification-skip"' + disabled + ">Skip</button>"
-            '<button type="button" class="btn primary" data-action="submit" '
-            'data-testid="clarification-submit"'
-            + disabled
-            + ">"
-            + ("Sending…" if busy else "Submit")
-            + "</button>"
-        )
-    )
     return "".join(parts)
 
 
-def _question(number: int, question: dict[str, Any], chosen: list[str], custom: str | None) -> str:
+def buttons(busy: bool) -> str:
+    """Skip and Submit."""
+    disabled = " disabled" if busy else ""
+    return (
+        '<button type="button" class="btn ghost" data-action="skip" '
+        'data-testid="clarification-skip"' + disabled + ">Skip</button>"
+        '<button type="button" class="btn primary" data-action="submit" '
+        'data-testid="clarification-submit"'
+        + disabled
+        + ">"
+        + ("Sending…" if busy else "Submit")
+        + "</button>"
+    )
+
+
+def _question(number: int, question: dict[str, Any], chosen: list[str], custom: str | None, ns: str) -> str:
     """One question of the card: its legend, its options and the box for an answer of one's own."""
     question_id = question.get("questionId") or ""
     multi = bool(question.get("multiSelect"))
     # Ids by position: question ids are the agent's strings, not safe inside id references.
-    text_id = "card-q" + str(number) + "-text"
+    text_id = ns + "-q" + str(number) + "-text"
     parts = ['<fieldset class="q" data-question-id="' + esc(question_id) + '">']
     title = question.get("title")
     # The title and "Choose one/any" share a line above the prompt (a card is short of room).
@@ -132,7 +155,7 @@ def _question(number: int, question: dict[str, Any], chosen: list[str], custom: 
         parts.append(_option(question_id, option, multi, option_id in chosen, option_id == stop))
     parts.append("</div>")
     # Each box is named after its own question, so two boxes never share one label.
-    own_id = "card-q" + str(number) + "-own"
+    own_id = ns + "-q" + str(number) + "-own"
     parts.append(
         '<span class="visually-hidden" id="'
         + own_id

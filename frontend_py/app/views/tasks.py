@@ -18,6 +18,13 @@ STATE_LABELS = {
 }
 
 SESSIONS_LOADING = '<p class="empty">Loading sessions…</p>'
+# The step every task starts in says nothing: it is not shown.
+QUIET_STEPS = ("", "todo")
+
+
+def _step(step: Any, css: str) -> str:
+    text = str(step or "")
+    return "" if text.strip().lower() in QUIET_STEPS else '<span class="' + css + '">' + esc(text) + "</span>"
 
 
 def task_row(task_id: str, title: Any, step: Any, action: Any, selected: bool) -> str:
@@ -46,9 +53,9 @@ def task_row(task_id: str, title: Any, step: Any, action: Any, selected: bool) -
             ' aria-current="page"' if selected else "",
             '><span class="task-text"><span class="task-title">',
             esc(title),
-            '</span><span class="task-step">',
-            esc(step),
-            "</span></span>",
+            "</span>",
+            _step(step, "task-step"),
+            "</span>",
             icon,
             "</button></li>",
         ]
@@ -75,9 +82,9 @@ def head(task: dict[str, Any]) -> str:
     return (
         '<div class="task-head"><h1>'
         + esc(task.get("title"))
-        + '</h1><span class="step">'
-        + esc(task.get("workflowStep"))
-        + "</span></div>"
+        + "</h1>"
+        + _step(task.get("workflowStep"), "step")
+        + "</div>"
     )
 
 

@@ -98,6 +98,35 @@ def diff_rows(old: str, new: str) -> list[tuple[str, str]]:
     return rows
 
 
+def diff_html(old: str, new: str) -> str:
+    """``diff_rows`` as a block: removed lines red, added lines green, each said in words too."""
+    rows = []
+    for mark, line in diff_rows(old, new):
+        css = {"-": "del", "+": "add", " ": "ctx"}[mark]
+        label = {"-": "removed: ", "+": "added: ", " ": ""}[mark]
+        rows.append(
+            '<span class="perm-line ' + css + '"><span class="visually-hidden">' + label + "</span>"
+            '<span class="perm-mark" aria-hidden="true">' + mark + "</span>" + esc(line) + "</span>"
+        )
+    return '<pre class="perm-diff">' + "".join(rows) + "</pre>"
+
+
+def input_diff(old: Any, new: Any) -> str:
+    """What an edit changed in a tool's input: each changed text field as a line diff under its name,
+    anything else as its JSON before and after."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return diff_html(pretty_json(old), pretty_json(new))
+    parts = []
+    for key in sorted(set(list(old) + list(new))):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        if not isinstance(before, str) or not isinstance(after, str):
+            before, after = pretty_json(before), pretty_json(after)
+        parts.append('<p class="perm-caption perm-file">' + esc(key) + "</p>" + diff_html(before, after))
+    return "".join(parts)
+
+
 def html(value: Any) -> str:
     """A tool's input the way people read it: a ``command`` as a shell line, an ``old_string`` /
     ``new_string`` edit as a diff of its file, anything else (and what those leave out) as JSON."""
@@ -118,15 +147,7 @@ def html(value: Any) -> str:
         path = _text_field(value, "file_path") or _text_field(value, "path")
         if path:
             parts.append('<p class="perm-caption perm-file">' + esc(path) + "</p>")
-        rows = []
-        for mark, line in diff_rows(old, new):
-            css = {"-": "del", "+": "add", " ": "ctx"}[mark]
-            label = {"-": "removed: ", "+": "added: ", " ": ""}[mark]
-            rows.append(
-                '<span class="perm-line ' + css + '"><span class="visually-hidden">' + label + "</span>"
-                '<span class="perm-mark" aria-hidden="true">' + mark + "</span>" + esc(line) + "</span>"
-            )
-        parts.append('<pre class="perm-diff">' + "".join(rows) + "</pre>")
+        parts.append(diff_html(old, new))
         rest = _rest(value, ("old_string", "new_string", "file_path", "path"))
     if rest is value or (isinstance(rest, dict) and rest):
         parts.append('<pre class="perm-json">' + esc(pretty_json(rest)) + "</pre>")

@@ -83,9 +83,16 @@ def _message(message: dict[str, Any], active_ids: list[str]) -> str:
 
 
 def transcript(
-    turns: list[dict[str, Any]] | None, messages: list[dict[str, Any]], active_ids: list[str]
+    turns: list[dict[str, Any]] | None,
+    messages: list[dict[str, Any]],
+    active_ids: list[str],
+    after: dict[str, list[str]] | None = None,
+    tail: list[str] | None = None,
 ) -> str:
-    """Messages grouped under their turns (ascending), each turn opened by a boundary line."""
+    """Messages grouped under their turns (ascending), each turn opened by a boundary line; ``after``
+    holds lines to show after a message (by its id: the decision of what it asked), ``tail`` lines
+    for the end."""
+    after = after or {}
     if turns is None:
         return '<p class="empty">Loading the conversation…</p>'
     if not turns and not messages:
@@ -118,7 +125,9 @@ def transcript(
         )
         for message in by_turn.get(turn["id"], []):
             parts.append(_message(message, active_ids))
+            parts += after.get(str(message.get("id")), [])
     for message in messages:
         if (message.get("turnId") or "") not in known:
             parts.append(_message(message, active_ids))
-    return '<ol class="transcript-list">' + "".join(parts) + "</ol>"
+            parts += after.get(str(message.get("id")), [])
+    return '<ol class="transcript-list">' + "".join(parts + (tail or [])) + "</ol>"
