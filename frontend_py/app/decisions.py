@@ -7,7 +7,6 @@ from frontend_py.app import queries
 from frontend_py.app.page import Page, spawn
 from frontend_py.app.rules import Rules
 from frontend_py.app.views import decisions as view
-from frontend_py.app.views import tools
 
 try:
     from typing import Any
@@ -63,9 +62,8 @@ class Decisions:
     def _rule(self, session_id: str, rule_id: Any) -> str | None:
         for rule in self.rules.rules.get(session_id) or []:
             if rule.get("id") == rule_id:
-                value = rule.get("input")
-                scope = "any input" if value is None else tools.input_summary(value)
-                return str(rule.get("toolName") or "") + ": " + scope
+                scope = str(rule.get("scope") or "SESSION").lower()
+                return str(rule.get("pattern") or rule.get("toolName") or "") + ", " + scope + " scope"
         return None
 
     def placed(

@@ -368,6 +368,7 @@ class InboxView:
                 pid, lambda card: card.scope(attr(target, "data-scope") or "SESSION")
             ),
             "perm-broad-cancel": lambda pid, _target: self._permission(pid, PermissionCard.cancel_broad),
+            "perm-remember-open": lambda pid, _target: self._permission(pid, PermissionCard.open_remember),
             "inbox-open": lambda pid, _target: self.open(pid),
             "inbox-check": lambda pid, _target: self.toggle_check(pid),
             "inbox-check-alike": lambda _pid, _target: self._check_alike(),

@@ -140,6 +140,12 @@ class PermissionCard(Card):
         self.draft["confirming"] = False
         self.page.render()
 
+    def open_remember(self) -> None:
+        """Show the rules to remember (an inbox item keeps them behind one button until then)."""
+        self.draft["remembering"] = True
+        self.holder.focus("permission-suggestion-0|")
+        self.page.render()
+
     def scope(self, value: str) -> None:
         self.draft["scope"] = value
         self.draft["confirming"] = False

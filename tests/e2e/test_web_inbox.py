@@ -586,7 +586,9 @@ async def test_the_history_says_who_decided_what_for_each_settled_action(
     await expect(line("denied")).to_contain_text(f"{person.name} denied Bash: pytest -q tests/part12")
     await expect(line("denied")).to_contain_text("“Not on staging”")
     await expect(line("always")).to_contain_text(f"{person.name} allowed Bash: pytest -q tests/part13")
-    await expect(line("rule")).to_contain_text("A rule (Bash: pytest -q tests/part13) allowed Bash")
+    await expect(line("rule")).to_contain_text(
+        "A rule (Bash(pytest -q tests/part13), session scope) allowed Bash"
+    )
     # Each line sits under what it decided, in the order asked.
     order = await page.locator("#transcript [data-testid^=decision-]").evaluate_all(
         "lines => lines.map(line => line.dataset.testid.slice(9))"

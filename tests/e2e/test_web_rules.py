@@ -222,3 +222,21 @@ async def test_the_rules_panel_lists_imports_and_shows_the_block_to_copy(
     await expect(page.get_by_test_id(f"permission-rule-{revoked_id}")).to_have_count(0)
     assert revoked_id not in [r["id"] for r in await _rules(api, session_id)]
     no_outside_requests(network)
+
+
+async def test_an_inbox_item_keeps_its_rules_behind_one_button_until_opened(
+    page: Any, web_server: Server, api: Api
+) -> None:
+    _task_id, (session_id,) = await api.task("Inbox rule")
+    agent = await ToolAgent.ask(api, session_id, PUSH)
+    network = await open_app(page, web_server, "/inbox")
+    item = page.get_by_test_id(f"inbox-item-{agent.pending_id}")
+    await expect(item.get_by_test_id("permission-suggestions")).to_have_count(0)
+    await item.get_by_test_id("permission-always").click()
+    await expect(item.get_by_test_id("permission-suggestion-0")).to_be_focused()
+    await item.get_by_test_id("permission-suggestion-1").click()
+    await item.get_by_test_id("permission-always").click()
+    assert (await agent.outcome())["decision"]["remember"] is True
+    (rule,) = await _rules(api, session_id)
+    assert (rule["pattern"], rule["scope"]) == ("Bash(git push:*)", "SESSION")
+    no_outside_requests(network)

@@ -36,6 +36,18 @@ def _asked(summary: str) -> str:
     return rest if sep and " " not in head else summary
 
 
+RULE_SUFFIX = " (rule "
+
+
+def _rule_named(summary: str) -> tuple[str, str | None]:
+    """A rule's decision names the rule and its scope at the end of its summary ("... (rule
+    Bash(npm test:*), task scope)"): the summary without it, and it."""
+    at = summary.rfind(RULE_SUFFIX)
+    if at < 0 or not summary.endswith(")"):
+        return summary, None
+    return summary[:at], summary[at + len(RULE_SUFFIX) : -1]
+
+
 def line(decision: dict[str, Any], original: Any, rule: str | None) -> str:
     """One decision: who, what, when; ``original`` is the input an edited allow changed (None until
     it is known), ``rule`` the deciding rule in words when this page has it."""
@@ -47,8 +59,9 @@ def line(decision: dict[str, Any], original: Any, rule: str | None) -> str:
         who = ""
         what = CLOSED.get(outcome, outcome[:1] + outcome[1:].lower()) + ": " + _asked(summary)
     elif by.startswith("rule "):
+        what, named = _rule_named(summary)
+        rule = named or rule
         who = "A rule" + (" (" + rule + ")" if rule else "")
-        what = summary
     else:
         who = "Someone" if by == UNKNOWN else by
         what = summary

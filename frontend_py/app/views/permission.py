@@ -178,7 +178,16 @@ def _choices(suggestions: list[dict[str, Any]], choice: int, disabled: str) -> s
 def remember(request: dict[str, Any], draft: dict[str, Any], disabled: str, ns: str = "perm") -> str:
     """ "Always allow": the rules this request suggests (this exact call, the command's prefix, the
     file's folder, the tool), where it applies, and for a rule that lets any input of a tool through,
-    the warning that asks once more."""
+    the warning that asks once more. In an inbox item (``ns`` other than the card's) it is one
+    button until it is opened, so the item's Allow and Deny stay in view on a phone."""
+    if ns != "perm" and not draft.get("remembering"):
+        return (
+            '<div class="perm-always" data-testid="permission-remember">'
+            '<button type="button" class="btn ghost" data-action="perm-remember-open" '
+            'data-testid="permission-always" aria-expanded="false"'
+            + disabled
+            + ">Always allow…</button></div>"
+        )
     suggestions = request.get("suggestions") or []
     options = _choices(suggestions, int(draft.get("choice") or 0), disabled)
     scope = str(draft.get("scope") or "SESSION")
