@@ -11,8 +11,8 @@ import datetime as dt
 import strawberry
 from strawberry.types import Info
 
+from backend.api.access import require_person
 from backend.api.context import Context
-from backend.domain.errors import Forbidden
 
 
 @strawberry.type(description="The server's VAPID key, for PushManager.subscribe(applicationServerKey).")
@@ -30,8 +30,7 @@ class NotificationChannel:
 
 def _person(info: Info[Context, None]) -> str:
     principal = info.context.principal
-    if principal.role == "agent":
-        raise Forbidden("an agent token has no notification destinations")
+    require_person(principal, "notification destinations")
     return principal.user_id
 
 

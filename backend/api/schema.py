@@ -27,6 +27,7 @@ from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
 from backend.api.reach import ReachMutations, ReachQueries
+from backend.api.runners import RunnerMutations, RunnerSubscriptions
 from backend.api.scalars import DateTime
 from backend.domain.errors import TurnwiseError
 
@@ -46,13 +47,18 @@ class Mutation(
     ClarificationMutations,
     PermissionMutations,
     ReachMutations,
+    RunnerMutations,
 ):
     pass
 
 
 @strawberry.type
 class Subscription(
-    AgentSubscriptions, LiveSubscriptions, ClarificationSubscriptions, PermissionSubscriptions
+    AgentSubscriptions,
+    LiveSubscriptions,
+    ClarificationSubscriptions,
+    PermissionSubscriptions,
+    RunnerSubscriptions,
 ):
     pass
 

@@ -22,6 +22,7 @@ from backend.services.reach import Reach
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
 from backend.services.resume_recovery import ReservationRecovery
+from backend.services.runner_sessions import RunnerSessions
 from backend.services.summaries import Summaries
 from backend.services.waiters import WaiterHub
 from backend.services.watchdog import Watchdogs
@@ -59,6 +60,7 @@ class Services:
     watchdogs: Watchdogs
     resume_recovery: ReservationRecovery
     inbox: Inbox
+    runners: RunnerSessions
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -95,22 +97,26 @@ class Services:
         live = LiveHub(deps, summaries)
         # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
         live.bundle_sessions.append(pending.remember_session)
+        operations = Operations(deps, reservations=orchestrator)
+        access = Access(deps)
+        # The same lifecycle, for the permission kind.
+        permissions = Permissions(pending)
         return cls(
             deps=deps,
-            operations=Operations(deps, reservations=orchestrator),
+            operations=operations,
             reads=Reads(deps),
             summaries=summaries,
-            access=Access(deps),
+            access=access,
             live=live,
             prompts=prompts,
             waiters=waiters,
             pending=pending,
-            # The same lifecycle, for the permission kind.
-            permissions=Permissions(pending),
+            permissions=permissions,
             reach=reach,
             recovery=recovery,
             orchestrator=orchestrator,
             watchdogs=watchdogs,
             resume_recovery=resume_recovery,
             inbox=inbox,
+            runners=RunnerSessions(deps, operations, permissions, pending, access),
         )
