@@ -1,7 +1,7 @@
-"""The Python agent client: `Agent` (ask, prompts, post_message, complete_turn) on one
+"""The Python agent client: `Agent` (ask, ask_permission, prompts, post_message, complete_turn) on one
 graphql-transport-ws implementation (`GraphQLTransport`)."""
 
-from backend.client.agent import Agent, AskResult, Prompt
+from backend.client.agent import Agent, AskResult, PermissionResult, Prompt
 from backend.client.transport import (
     Connection,
     ConnectionRefused,
@@ -17,6 +17,7 @@ __all__ = [
     "ConnectionRefused",
     "GraphQLRequestError",
     "GraphQLTransport",
+    "PermissionResult",
     "Prompt",
     "Subscription",
 ]
