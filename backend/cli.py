@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not `typing`'s: importing it would cost every hook run (the checker takes this)
 if TYPE_CHECKING:
     import argparse
 

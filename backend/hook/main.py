@@ -21,9 +21,12 @@ import json
 import os
 import sys
 import time
-from typing import Any
 
 from backend.hook.wire import HookError, Wire
+
+TYPE_CHECKING = False  # as in `wire`: `typing` only for the type checker
+if TYPE_CHECKING:
+    from typing import Any
 
 CLIENTS = ("claude", "codex")
 # Both clients' default hook timeout is 600 s (Claude Code: "Defaults: 600 for command"; Codex: "If

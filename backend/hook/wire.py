@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import socket
 import struct
 import time
-from collections.abc import Iterator
-from typing import Any
 from urllib.parse import urlsplit
+
+try:  # CPython's own SHA-1: loading OpenSSL for hashlib's costs more than the handshake
+    from _sha1 import sha1  # type: ignore[import-not-found]  # no stubs: a CPython module
+except ImportError:  # pragma: no cover - an interpreter without it
+    from hashlib import sha1
+
+# `typing` costs an import too: names for the type checker only (it takes this for typing's).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's accept-key suffix
 PROTOCOL = "graphql-transport-ws"
@@ -102,7 +110,7 @@ class Wire:
             raise HookError(f"Turnwise refused the WebSocket: {status}")
         headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
         # SHA-1 because RFC 6455 says so: a handshake check, not a secret.
-        accept = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
+        accept = base64.b64encode(sha1(key.encode() + GUID).digest()).decode()
         if headers.get("sec-websocket-accept") != accept:
             raise HookError("Turnwise's WebSocket upgrade did not answer our key")
 
