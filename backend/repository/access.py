@@ -115,7 +115,7 @@ async def revoke_grant(conn: AsyncConnection, user_id: str, task_id: str) -> boo
 
 async def identity_for_token(conn: AsyncConnection, token: str) -> Identity | None:
     """The live token's identity with its readable tasks, or None (unknown or revoked): one statement
-    for the token, one for the grants."""
+    for the token, one for the grants (a runner token's: two, for the tasks and sessions it made)."""
     row = (
         await conn.execute(
             select(
