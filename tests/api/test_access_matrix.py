@@ -367,9 +367,12 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
                                     continue
                         finally:
                             await admin.aclose()
+                    # An agent's ask answers at once, with its outcome or its refusal: on a busy
+                    # machine that may take a while, and it never stays silent.
+                    first = 10.0 if kind in ("subscribe-agent", "subscribe-runner") else 0.4
                     try:
                         while True:
-                            seen.append(await sub.next(timeout=0.4))
+                            seen.append(await sub.next(timeout=first if not seen else 0.4))
                     except TimeoutError:
                         pass
             except GraphQLError as error:

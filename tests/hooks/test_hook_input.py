@@ -166,7 +166,9 @@ def test_the_hook_imports_nothing_of_the_server() -> None:
     )
     assert done.returncode == 0
     modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
-    ours = sorted(m for m in modules if m.split(".")[0] == "backend")
-    assert ours == ["backend", "backend.cli", "backend.hook", "backend.hook.main", "backend.hook.wire"]
+    ours = {m for m in modules if m.split(".")[0] == "backend"}
+    # (`-m backend.cli` runs the CLI as __main__: it may or may not be listed under its own name.)
+    assert {"backend.hook.main", "backend.hook.wire"} <= ours
+    assert ours <= {"backend", "backend.cli", "backend.hook", "backend.hook.main", "backend.hook.wire"}
     heavy = {"asyncio", "pydantic", "sqlalchemy", "strawberry", "httpx", "websockets", "uvicorn", "argparse"}
     assert not modules & heavy
