@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
 
 from tests.api.client import Client
-from tests.dialects import served
+
+# The API tests' server per dialect and their admin client, for these tests too.
+from tests.api.conftest import admin as admin
+from tests.api.conftest import server as server
 from tests.hooks.runner import person, runner_token
-from tests.servers import ADMIN_TOKEN, Server
-
-
-@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
-def server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    with served(request.param, request) as srv:  # PostgreSQL skips or fails when unreachable
-        yield srv
-
-
-@pytest.fixture
-async def admin(server: Server) -> AsyncIterator[Client]:
-    client = Client(server.base_url, ADMIN_TOKEN)
-    yield client
-    await client.aclose()
+from tests.servers import Server
 
 
 @dataclass

@@ -71,10 +71,31 @@ def decision(printed: Any) -> dict[str, Any]:
 # --- a person decides -----------------------------------------------------------------------------
 
 
+EDITED = {**BASH, "command": "npm run migrate -- --dry-run"}
+# (what the person sends, what each client is printed); Codex fails closed on updatedInput, so an
+# edit reaches it as a denial that names the input allowed, which the agent then runs.
+DECISIONS = {
+    "allow-edited": (
+        {"behavior": "ALLOW", "updated": EDITED},
+        {"claude": {"behavior": "allow", "updatedInput": EDITED}, "codex": "deny naming the edit"},
+    ),
+    "allow-as-asked": (
+        {"behavior": "ALLOW"},
+        {"claude": {"behavior": "allow", "updatedInput": BASH}, "codex": {"behavior": "allow"}},
+    ),
+    "deny-with-reason": (
+        {"behavior": "DENY", "message": "not on staging today"},
+        {client: {"behavior": "deny", "message": "not on staging today"} for client in CLIENTS},
+    ),
+}
+
+
+@pytest.mark.parametrize("decided", sorted(DECISIONS))
 @pytest.mark.parametrize(("client", "suggestions"), PERMISSION_EVENTS, ids=PERMISSION_IDS)
-async def test_a_person_allows_with_an_edit_and_the_hook_prints_it_as_the_client_reads_it(
-    server: Server, admin: Client, owner: Owner, client: str, suggestions: bool
+async def test_a_person_decides_and_the_hook_prints_it_as_the_client_reads_it(
+    server: Server, admin: Client, owner: Owner, client: str, suggestions: bool, decided: str
 ) -> None:
+    sent, printed = DECISIONS[decided]
     agent = Agent(client, folder())
     hook = await Hook.start(
         server.base_url,
@@ -84,50 +105,17 @@ async def test_a_person_allows_with_an_edit_and_the_hook_prints_it_as_the_client
         wait=60,
     )
     _, pending_id = await waiting_request(admin, agent.cwd, hook)
-    edited = {**BASH, "command": "npm run migrate -- --dry-run"}
-    assert (await respond(server, owner, pending_id, "ALLOW", updated=edited))["__typename"] == (
-        "PermissionResponded"
-    )
+    sent = dict(sent)
+    responded = await respond(server, owner, pending_id, str(sent.pop("behavior")), **sent)
+    assert responded["__typename"] == "PermissionResponded"
     ran = await hook.result()
     assert (ran.returncode, ran.stderr) == (0, "")
-    if client == "claude":
-        assert decision(ran.printed) == {"behavior": "allow", "updatedInput": edited}
-    else:
-        # Codex fails closed on updatedInput: the agent is told what was allowed, and runs that.
+    if printed[client] == "deny naming the edit":
         denied = decision(ran.printed)
         assert denied["behavior"] == "deny"
         assert "npm run migrate -- --dry-run" in denied["message"]
-
-
-async def test_codex_is_allowed_without_an_input_when_the_person_allows_it_as_asked(
-    server: Server, admin: Client, owner: Owner
-) -> None:
-    agent = Agent("codex", folder())
-    hook = await Hook.start(server.base_url, owner.runner_token, "codex", agent.permission_request(), wait=60)
-    _, pending_id = await waiting_request(admin, agent.cwd, hook)
-    await respond(server, owner, pending_id, "ALLOW")
-    ran = await hook.result()
-    assert ran.returncode == 0
-    assert decision(ran.printed) == {"behavior": "allow"}
-
-
-@pytest.mark.parametrize(("client", "suggestions"), PERMISSION_EVENTS, ids=PERMISSION_IDS)
-async def test_a_person_denies_with_a_reason_the_agent_is_given(
-    server: Server, admin: Client, owner: Owner, client: str, suggestions: bool
-) -> None:
-    agent = Agent(client, folder())
-    hook = await Hook.start(
-        server.base_url,
-        owner.runner_token,
-        client,
-        agent.permission_request(suggestions=suggestions),
-        wait=60,
-    )
-    _, pending_id = await waiting_request(admin, agent.cwd, hook)
-    await respond(server, owner, pending_id, "DENY", message="not on staging today")
-    ran = await hook.result()
-    assert (ran.returncode, ran.stderr) == (0, "")
-    assert decision(ran.printed) == {"behavior": "deny", "message": "not on staging today"}
+    else:
+        assert decision(ran.printed) == printed[client]
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -154,65 +142,47 @@ async def test_a_remembered_rule_decides_the_next_request_at_once(
 # --- nobody decides, or new work comes first ------------------------------------------------------
 
 
+# How the wait ends -> (the request's state then, a late answer's conflict).
+ENDS = {
+    "nobody-decides": ("TERMINAL", "TERMINAL"),
+    "hook-goes-away": ("TERMINAL", "TERMINAL"),  # the client gave up on it, or a person pressed Esc
+    "new-prompt": ("SUPERSEDED_HISTORY", "SUPERSEDED"),
+}
+
+
+@pytest.mark.parametrize("ends", sorted(ENDS))
 @pytest.mark.parametrize(("client", "suggestions"), PERMISSION_EVENTS, ids=PERMISSION_IDS)
-async def test_nobody_deciding_in_time_prints_nothing_and_closes_the_request(
-    server: Server, admin: Client, owner: Owner, client: str, suggestions: bool
+async def test_the_terminal_takes_over_what_nobody_decided_and_turnwise_closes_it(
+    server: Server, admin: Client, owner: Owner, client: str, suggestions: bool, ends: str
 ) -> None:
+    state, reason = ENDS[ends]
     agent = Agent(client, folder())
+    event = agent.permission_request(suggestions=suggestions)
     hook = await Hook.start(
-        server.base_url, owner.runner_token, client, agent.permission_request(suggestions=suggestions), wait=1
+        server.base_url, owner.runner_token, client, event, wait=1 if ends == "nobody-decides" else 60
     )
     _, pending_id = await waiting_request(admin, agent.cwd, hook)
+    if ends == "hook-goes-away":
+        hook.proc.terminate()
+    elif ends == "new-prompt":
+        prompt = await run_hook(server.base_url, owner.runner_token, client, agent.user_prompt_submit())
+        assert (prompt.returncode, prompt.stdout, prompt.stderr) == (0, "", "")
     ran = await hook.result()
-    assert (ran.returncode, ran.stdout) == (0, "")
-    assert "nobody decided in time" in ran.stderr
-    # The terminal owns it now: the card is gone and a late answer is stale.
-    assert (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]["state"] == "TERMINAL"
-    task = await task_of(admin, agent.cwd)
-    assert task is not None
-    assert [s["activePermission"] for s in task["sessions"]] == [None]
-    late = await respond(server, owner, pending_id, "ALLOW")
-    assert late == {"__typename": "ClarificationConflict", "reason": "TERMINAL"}
-
-
-@pytest.mark.parametrize("client", CLIENTS)
-async def test_a_hook_that_goes_away_mid_wait_closes_its_request(
-    server: Server, admin: Client, owner: Owner, client: str
-) -> None:
-    agent = Agent(client, folder())
-    hook = await Hook.start(server.base_url, owner.runner_token, client, agent.permission_request(), wait=60)
-    _, pending_id = await waiting_request(admin, agent.cwd, hook)
-    hook.proc.terminate()  # the client gave up on it, or a person pressed Esc
-    await hook.result()
+    assert ran.stdout == ""
+    if ends == "nobody-decides":
+        assert ran.returncode == 0
+        assert "nobody decided in time" in ran.stderr
+    # The card is gone (at once, or as soon as the server saw the hook go) and a late answer is stale.
     for _ in range(200):
-        state = (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]["state"]
-        if state == "TERMINAL":
+        if (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]["state"] == state:
             break
         await asyncio.sleep(0.05)
-    assert state == "TERMINAL"
-    late = await respond(server, owner, pending_id, "ALLOW")
-    assert late == {"__typename": "ClarificationConflict", "reason": "TERMINAL"}
-
-
-@pytest.mark.parametrize("client", CLIENTS)
-async def test_a_new_prompt_supersedes_the_pending_request(
-    server: Server, admin: Client, owner: Owner, client: str
-) -> None:
-    agent = Agent(client, folder())
-    waiting = await Hook.start(
-        server.base_url, owner.runner_token, client, agent.permission_request(), wait=60
-    )
-    _, pending_id = await waiting_request(admin, agent.cwd, waiting)
-    prompt = await run_hook(server.base_url, owner.runner_token, client, agent.user_prompt_submit())
-    assert (prompt.returncode, prompt.stdout, prompt.stderr) == (0, "", "")
-    ran = await waiting.result()
-    assert (ran.returncode, ran.stdout) == (0, "")
-    assert (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]["state"] == "SUPERSEDED_HISTORY"
+    assert (await admin.execute(PERMISSION, {"p": pending_id}))["permission"]["state"] == state
     task = await task_of(admin, agent.cwd)
     assert task is not None
     assert [s["activePermission"] for s in task["sessions"]] == [None]
     late = await respond(server, owner, pending_id, "ALLOW")
-    assert late == {"__typename": "ClarificationConflict", "reason": "SUPERSEDED"}
+    assert late == {"__typename": "ClarificationConflict", "reason": reason}
 
 
 # --- turns, state and the mapping -----------------------------------------------------------------
