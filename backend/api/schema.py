@@ -29,6 +29,7 @@ from backend.api.operations import OperationMutations, OperationQueries
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
 from backend.api.reach import ReachMutations, ReachQueries
+from backend.api.runners import RunnerMutations, RunnerSubscriptions
 from backend.api.scalars import DateTime
 from backend.domain.errors import TurnwiseError
 
@@ -56,6 +57,7 @@ class Mutation(
     ClarificationMutations,
     PermissionMutations,
     ReachMutations,
+    RunnerMutations,
 ):
     pass
 
@@ -67,6 +69,7 @@ class Subscription(
     ClarificationSubscriptions,
     PermissionSubscriptions,
     NeedsYouSubscriptions,
+    RunnerSubscriptions,
 ):
     pass
 

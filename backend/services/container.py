@@ -25,6 +25,7 @@ from backend.services.reach import Reach
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
 from backend.services.resume_recovery import ReservationRecovery
+from backend.services.runner_sessions import RunnerSessions
 from backend.services.summaries import Summaries
 from backend.services.waiters import WaiterHub
 from backend.services.watchdog import Watchdogs
@@ -65,6 +66,7 @@ class Services:
     needs_you: NeedsYou
     needs_you_live: NeedsYouHub
     decisions: Decisions
+    runners: RunnerSessions
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -102,18 +104,21 @@ class Services:
         needs_you = NeedsYou(deps, waiters)
         # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
         live.bundle_sessions.append(pending.remember_session)
+        operations = Operations(deps, reservations=orchestrator)
+        access = Access(deps)
+        # The same lifecycle, for the permission kind.
+        permissions = Permissions(pending)
         return cls(
             deps=deps,
-            operations=Operations(deps, reservations=orchestrator),
+            operations=operations,
             reads=Reads(deps),
             summaries=summaries,
-            access=Access(deps),
+            access=access,
             live=live,
             prompts=prompts,
             waiters=waiters,
             pending=pending,
-            # The same lifecycle, for the permission kind.
-            permissions=Permissions(pending),
+            permissions=permissions,
             reach=reach,
             recovery=recovery,
             orchestrator=orchestrator,
@@ -123,4 +128,5 @@ class Services:
             needs_you=needs_you,
             needs_you_live=NeedsYouHub(deps, needs_you),
             decisions=Decisions(deps),
+            runners=RunnerSessions(deps, operations, permissions, pending, access),
         )
