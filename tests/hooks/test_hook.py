@@ -74,7 +74,7 @@ def decision(printed: Any) -> dict[str, Any]:
 EDITED = {**BASH, "command": "npm run migrate -- --dry-run"}
 # (what the person sends, what each client is printed); Codex fails closed on updatedInput, so an
 # edit reaches it as a denial that names the input allowed, which the agent then runs.
-DECISIONS = {
+DECISIONS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "allow-edited": (
         {"behavior": "ALLOW", "updated": EDITED},
         {"claude": {"behavior": "allow", "updatedInput": EDITED}, "codex": "deny naming the edit"},
