@@ -1,27 +1,22 @@
-"""`turnwise serve | migrate | export-schema | demo`."""
+"""`turnwise serve | migrate | export-schema | demo | hook`.
+
+`turnwise hook` runs once per event of an agent's hooks, so it is dispatched before anything else is
+imported: this module imports only what its own top needs, and each command what it uses.
+"""
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import logging
 import os
-import secrets
-import shutil
 import sys
-import tempfile
-from pathlib import Path
-from typing import Any
 
-import platformdirs
-import uvicorn
-from pydantic import SecretStr, ValidationError
+TYPE_CHECKING = False  # not `typing`'s: importing it would cost every hook run (the checker takes this)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
 
-from backend import logs
-from backend.config import Settings, problems
+    from backend.config import Settings
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-log = logging.getLogger("turnwise.cli")
 
 
 def _uvicorn_options(settings: Settings) -> dict[str, Any]:
@@ -54,6 +49,10 @@ def _log_level(args: argparse.Namespace) -> str:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from pydantic import ValidationError
+
+    from backend.config import Settings, problems
+
     try:
         settings = Settings.from_env()
     except ValidationError as exc:  # a person's typo: what to mend, not a traceback
@@ -77,6 +76,11 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve_workers(settings: Settings) -> None:
     """N uvicorn worker processes on one port; each builds its app from the environment, so the
     command line's settings are handed down there. Metrics run in prometheus multiprocess mode."""
+    import shutil
+    import tempfile
+
+    import uvicorn
+
     from backend.metrics import MULTIPROC_ENV
 
     os.environ.update(
@@ -103,6 +107,8 @@ def _serve_workers(settings: Settings) -> None:
 async def _when_ready(settings: Settings, text: str) -> None:
     """Print `text` once the server answers `/readyz` (it binds its port after startup finished),
     so it is the last thing a person sees, not scrolled away by start-up lines."""
+    import asyncio
+
     import httpx
 
     async with httpx.AsyncClient(base_url=f"http://{settings.host}:{settings.port}") as http:
@@ -117,11 +123,18 @@ async def _when_ready(settings: Settings, text: str) -> None:
 
 
 def _startup_failed(failure: str) -> None:
+    import logging
+
+    log = logging.getLogger("turnwise.cli")
     # A line of the log, in its format, like everything the server writes to standard error.
     log.error("startup failed, not serving: %s", failure, extra={"event": "startup.failed"})
 
 
 def _serve(settings: Settings, *, demo: bool = False, announce: str | None = None) -> int:
+    import asyncio
+
+    import uvicorn
+
     from backend.api.app import create_app, tune_collector
 
     after_start = None
@@ -165,6 +178,11 @@ def _serve(settings: Settings, *, demo: bool = False, announce: str | None = Non
 
 
 def _demo_token() -> str:
+    import secrets
+    from pathlib import Path
+
+    import platformdirs
+
     path = Path(platformdirs.user_data_dir("turnwise")) / "demo-token"
     if path.exists():
         return path.read_text().strip()
@@ -188,6 +206,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from pydantic import SecretStr
+
     settings = _settings(args)
     if settings.workers != 1:
         print("turnwise demo: error: the demo runs one process; unset TURNWISE_WORKERS", file=sys.stderr)
@@ -210,6 +230,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
     from backend.db import migrate
     from backend.db.engine import Database, PoolerNotSet
 
@@ -232,6 +254,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_export_schema(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from backend.api.schema import export_sdl
 
     sdl = export_sdl()
@@ -243,6 +267,16 @@ def cmd_export_schema(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["hook"]:
+        from backend.hook.main import main as hook
+
+        return hook(words[1:])
+    import argparse
+    import logging
+
+    from backend import logs
+
     parser = argparse.ArgumentParser(prog="turnwise")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func in (("serve", cmd_serve), ("demo", cmd_demo), ("migrate", cmd_migrate)):
@@ -268,7 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("export-schema")
     p.add_argument("--output", default="schema.graphql")
     p.set_defaults(func=cmd_export_schema)
-    args = parser.parse_args(argv)
+    # Listed for --help; `main` hands it over before parsing (see `backend/hook/main.py`).
+    sub.add_parser("hook", help="report one Claude Code or Codex hook event (see turnwise hook --help)")
+    args = parser.parse_args(words)
     logs.configure(getattr(logging, _log_level(args).upper()))
     return int(args.func(args))
 

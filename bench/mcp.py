@@ -15,8 +15,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 CYCLES = 40
 PENDING = "query($t: ID!) { taskSessions(taskId: $t) { activeClarification { pendingId state } } }"
 RESPOND = """mutation($p: ID!, $a: [ClarificationAnswerInput!]!) {
@@ -51,12 +49,10 @@ async def cycles(ask: Callable[[int], Awaitable[str]], admin: Any, task_id: str)
 
 
 async def bench(base_url: str, admin_token: str) -> dict[str, Any]:
-    from mcp import ClientSession
-    from mcp.client.streamable_http import streamable_http_client
-
     from backend.client import Agent, GraphQLTransport
     from bench.common import median, pct
     from tests.api.gql import running_session, token_for
+    from tests.api.test_mcp import mcp_session
 
     admin = GraphQLTransport(base_url, admin_token)
     out: dict[str, Any] = {}
@@ -71,20 +67,14 @@ async def bench(base_url: str, admin_token: str) -> dict[str, Any]:
             gql = await cycles(ask_graphql, admin, task_gql)
         task_mcp, session_mcp = await running_session(admin, title="bench mcp")  # type: ignore[arg-type]
         _, token_mcp = await token_for(admin, "agent", name="bench-mcp", session_id=session_mcp)  # type: ignore[arg-type]
-        headers = {"Authorization": f"Bearer {token_mcp}"}
-        async with (
-            httpx.AsyncClient(headers=headers, timeout=60) as http,
-            streamable_http_client(f"{base_url}/mcp", http_client=http) as (read, write, _),
-            ClientSession(read, write) as mcp,
-        ):
-            await mcp.initialize()
+        async with mcp_session(base_url, token_mcp) as mcp:
 
             async def ask_mcp(n: int) -> str:
                 q = question(n)
                 args = {"questions": [{"question": q["prompt"], "options": q["options"]}]}
                 result = await mcp.call_tool("ask_user_question", args)
-                assert result.structuredContent is not None, result
-                return str(result.structuredContent["status"])
+                assert result.structured_content is not None, result
+                return str(result.structured_content["status"])
 
             over_mcp = await cycles(ask_mcp, admin, task_mcp)
     finally:

@@ -5,7 +5,8 @@ inaccessible id exists: denial and absence raise the same NotFound, naming only 
 
 Roles: `admin` everything; `support` reads every task, writes nothing; `user` reads and answers
 the tasks granted to it; `agent` reads its session's task and acts (ask, post, complete turns,
-receive prompts) only in its one session.
+receive prompts) only in its one session; `runner` (a person's runner token) reads the tasks it made
+and acts as the agent only in the sessions it made.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from backend.api.auth import Principal
 from backend.domain.errors import Forbidden, NotFound
 
 READ_ALL_ROLES = ("admin", "support")
+# Tokens that stand for an agent, not a person: they have no destinations, inbox or people to list.
+AGENT_ROLES = ("agent", "runner")
 
 
 def can_read_task(principal: Principal, task_id: str) -> bool:
@@ -55,9 +58,18 @@ def require_session_agent(principal: Principal, session_id: str, task_id: str | 
         return
     if principal.role == "agent" and principal.session_id == session_id:
         return
+    if principal.role == "runner" and session_id in principal.session_ids:
+        return
     if task_id is not None and can_read_task(principal, task_id):
         raise Forbidden("only the session's agent or an admin may do this")
     raise NotFound("session", session_id)
+
+
+def require_person(principal: Principal, what: str) -> None:
+    """Refuse an agent's or a runner's token what only a person has (`what`: their destinations, ...)."""
+    if principal.role in AGENT_ROLES:
+        article = "an" if principal.role == "agent" else "a"
+        raise Forbidden(f"{article} {principal.role} token has no {what}")
 
 
 def require_admin(principal: Principal) -> None:

@@ -15,10 +15,15 @@ ROLES = ("user", "support", "agent", "admin")
 
 @dataclass(frozen=True)
 class Principal:
+    """`runner`: a runner token's caller, its issuer as `user_id`, reading `task_ids` and acting as
+    the agent in `session_ids` (what the token made), with the token's id to make more."""
+
     user_id: str
     role: str
     session_id: str | None = None
     task_ids: frozenset[str] = field(default_factory=frozenset)
+    token_id: str | None = None
+    session_ids: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def is_admin(self) -> bool:
@@ -73,4 +78,6 @@ class Authenticator:
             role=identity.role,
             session_id=identity.session_id,
             task_ids=identity.task_ids,
+            token_id=identity.token_id,
+            session_ids=identity.session_ids,
         )

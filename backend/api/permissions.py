@@ -75,7 +75,8 @@ def _decided(pending_id: str, answers: tuple[Any, ...]) -> PermissionDecided:
     )
 
 
-def _outcome(o: lc.WaitOutcome) -> Any:
+def permission_outcome(o: lc.WaitOutcome) -> Any:
+    """The GraphQL outcome of a permission ask's lifecycle outcome (askPermission, runnerAskPermission)."""
     if isinstance(o, lc.Asked):
         return PermissionAsked(request=PermissionRequest.of(o.bundle))
     if isinstance(o, lc.Answered | lc.Rejected | lc.Decided):
@@ -224,4 +225,4 @@ class PermissionSubscriptions:
         )
         async with live_wait(stream, PendingActionKind.PERMISSION) as outcomes:
             async for outcome in outcomes:
-                yield _outcome(outcome)
+                yield permission_outcome(outcome)

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import strawberry
 from strawberry.types import Info
 
+from backend.api.access import require_person
 from backend.api.context import Context
-from backend.domain.errors import Forbidden
 from backend.domain.reminders import Preferences
 
 
@@ -68,8 +68,7 @@ _LEAVE = "Omitted: left as it is; null: back to the default ("
 
 def _person(info: Info[Context, None]) -> str:
     principal = info.context.principal
-    if principal.role == "agent":
-        raise Forbidden("an agent token has no notification destinations")
+    require_person(principal, "notification destinations")
     return principal.user_id
 
 

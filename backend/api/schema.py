@@ -30,6 +30,7 @@ from backend.api.permission_rules import PermissionRuleMutations, PermissionRule
 from backend.api.permissions import PermissionMutations, PermissionQueries, PermissionSubscriptions
 from backend.api.policy import operation_policy
 from backend.api.reach import ReachMutations, ReachQueries
+from backend.api.runners import RunnerMutations, RunnerSubscriptions
 from backend.api.scalars import DateTime
 from backend.domain.errors import TurnwiseError
 
@@ -59,6 +60,7 @@ class Mutation(
     PermissionMutations,
     PermissionRuleMutations,
     ReachMutations,
+    RunnerMutations,
 ):
     pass
 
@@ -70,6 +72,7 @@ class Subscription(
     ClarificationSubscriptions,
     PermissionSubscriptions,
     NeedsYouSubscriptions,
+    RunnerSubscriptions,
 ):
     pass
 

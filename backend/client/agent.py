@@ -1,8 +1,11 @@
-"""An async agent of one session: ask people, receive resume prompts, post, complete turns.
+"""An async agent of one session: ask people, ask to use a tool, receive resume prompts, post,
+complete turns.
 
 async with Agent(url, token, session_id) as agent:
     result = await agent.ask([{"prompt": "Which database?", "options": [...]}], timeout_seconds=30)
-    allowed = await agent.ask_permission("Bash", {"command": "make deploy"})  # decided | detached | closed
+    decision = await agent.ask_permission("Bash", {"command": "alembic upgrade head"})
+    if decision.allowed:
+        run(decision.updated_input)
     if result.status == "detached":
         async for prompt in agent.prompts():   # late answers, queued ones first, exactly once
             await prompt.ack()
@@ -13,16 +16,18 @@ async with Agent(url, token, session_id) as agent:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from websockets.exceptions import WebSocketException
 
 from backend.client.transport import ConnectionRefused, GraphQLRequestError, GraphQLTransport
 
 log = logging.getLogger("turnwise.client")
+R = TypeVar("R")
 
 # A connection that dropped or could not be made: reconnect. GraphQL errors are the caller's.
 LOST = (OSError, WebSocketException)
@@ -30,7 +35,7 @@ LOST = (OSError, WebSocketException)
 ASK = """subscription($s: ID!, $q: [ClarificationQuestionInput!]!, $c: String, $t: Float) {
   askClarification(sessionId: $s, questions: $q, context: $c, timeoutSeconds: $t) {
     __typename
-    ... on ClarificationAsked { bundle { pendingId turnId } }
+    ... on ClarificationAsked { bundle { pendingId turnId questions { questionId options { id label } } } }
     ... on ClarificationAnswered { pendingId answers { questionId selectedOptionIds customText } }
     ... on ClarificationRejected { pendingId }
     ... on ClarificationDetached { pendingId }
@@ -40,7 +45,7 @@ ASK_PERMISSION = """subscription($s: ID!, $n: String!, $i: JSON!, $u: String, $c
   askPermission(sessionId: $s, toolName: $n, input: $i, toolUseId: $u, context: $c, timeoutSeconds: $t) {
     __typename
     ... on PermissionAsked { request { pendingId turnId } }
-    ... on PermissionDecided { pendingId decision { behavior updatedInput message } }
+    ... on PermissionDecided { pendingId decision { behavior updatedInput message auto } }
     ... on PermissionDetached { pendingId }
     ... on PermissionClosed { pendingId }
   } }"""
@@ -57,16 +62,12 @@ OUTCOMES = {
     "ClarificationDetached": "detached",
     "ClarificationClosed": "closed",
 }
-PERMISSION_OUTCOMES = {
-    "PermissionDecided": "decided",
-    "PermissionDetached": "detached",
-    "PermissionClosed": "closed",
-}
 
 
 @dataclass(frozen=True, slots=True)
 class AskResult:
-    """`status`: answered | rejected | detached | closed; `answers` as the API returns them."""
+    """`status`: answered | rejected | detached | closed; `answers` as the API returns them, each with
+    `selectedOptionLabels` beside `selectedOptionIds` (the chosen options' labels, in that order)."""
 
     status: str
     pending_id: str
@@ -75,14 +76,54 @@ class AskResult:
 
 @dataclass(frozen=True, slots=True)
 class PermissionResult:
-    """`status`: decided | detached | closed; `decision` as the API returns it (decided only):
-    `behavior` ALLOW or DENY, `updatedInput` (the input to run with), `message` (a deny's reason).
-    `turn_id`: the turn the request was asked in."""
+    """`status`: allowed (run the tool with `updated_input`: the input asked, or a person's edit of
+    it) | denied (`message`: why, when a person said) | detached (nobody decided within the wait:
+    denied for now; the request stays open, and a later decision comes back as a prompt) | closed
+    (it takes no decision any more). `auto`: a remembered rule decided, nobody was asked.
+    `turn_id`: the turn the request was asked in (None when a rule decided before it was asked)."""
 
     status: str
     pending_id: str
-    decision: dict[str, Any] | None = None
+    updated_input: Any = None
+    message: str | None = None
+    auto: bool = False
     turn_id: str | None = None
+
+    @property
+    def allowed(self) -> bool:
+        return self.status == "allowed"
+
+
+def _labelled(answers: list[dict[str, Any]], labels: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    return [
+        {
+            **a,
+            "selectedOptionLabels": [
+                labels.get((str(a.get("questionId")), str(o))) for o in a.get("selectedOptionIds") or []
+            ],
+        }
+        for a in answers
+    ]
+
+
+def _permission_result(outcome: dict[str, Any]) -> PermissionResult | None:
+    kind = outcome["__typename"]
+    pending_id = str(outcome["pendingId"]) if "pendingId" in outcome else ""
+    if kind == "PermissionDecided":
+        d = outcome["decision"]
+        allowed = d["behavior"] == "ALLOW"
+        return PermissionResult(
+            "allowed" if allowed else "denied",
+            pending_id,
+            updated_input=d.get("updatedInput") if allowed else None,
+            message=d.get("message"),
+            auto=bool(d.get("auto")),
+        )
+    if kind == "PermissionDetached":
+        return PermissionResult("detached", pending_id)
+    if kind == "PermissionClosed":
+        return PermissionResult("closed", pending_id)
+    return None  # PermissionAsked: the wait goes on
 
 
 @dataclass
@@ -125,58 +166,70 @@ class Agent:
         """Ask and wait (the live waiter). A dropped connection detaches the question server-side;
         asking the same questions again re-attaches to it, so a reconnect never asks twice."""
         variables = {"s": self.session_id, "q": list(questions), "c": context, "t": timeout_seconds}
-        while True:
-            try:
-                async with self.transport.subscribe(ASK, variables) as results:
-                    async for data in results:
-                        outcome = data["askClarification"]
-                        status = OUTCOMES.get(outcome["__typename"])
-                        if status is not None:
-                            return AskResult(
-                                status, str(outcome["pendingId"]), list(outcome.get("answers") or [])
-                            )
-            except (GraphQLRequestError, ConnectionRefused):
-                raise
-            except LOST:
-                log.warning("ask connection lost; asking again", exc_info=True)
-            await asyncio.sleep(self.reconnect_seconds)
+        labels: dict[tuple[str, str], str] = {}
+
+        def result(outcome: dict[str, Any]) -> AskResult | None:
+            if outcome["__typename"] == "ClarificationAsked":
+                for q in outcome["bundle"]["questions"]:
+                    labels.update({(str(q["questionId"]), str(o["id"])): o["label"] for o in q["options"]})
+                return None
+            status = OUTCOMES.get(outcome["__typename"])
+            if status is None:
+                return None
+            answers = _labelled(list(outcome.get("answers") or []), labels)
+            return AskResult(status, str(outcome["pendingId"]), answers)
+
+        return await self._wait(ASK, variables, "askClarification", result)
 
     async def ask_permission(
         self,
         tool_name: str,
-        tool_input: dict[str, Any],
+        input: dict[str, Any],
         *,
         tool_use_id: str | None = None,
         context: str | None = None,
         timeout_seconds: float | None = None,
     ) -> PermissionResult:
-        """Ask a person to allow a tool call and wait (the live waiter). As with `ask`, a dropped
-        connection detaches the request server-side and asking the same again re-attaches to it."""
+        """Ask to run a tool and wait for the decision: a remembered rule's at once, else a person's.
+        Like `ask`, a reconnect re-attaches to the same request instead of asking twice."""
         variables = {
             "s": self.session_id,
             "n": tool_name,
-            "i": tool_input,
+            "i": input,
             "u": tool_use_id,
             "c": context,
             "t": timeout_seconds,
         }
-        turn_id: str | None = None
+        asked_in: list[str | None] = [None]
+
+        def result(outcome: dict[str, Any]) -> PermissionResult | None:
+            if outcome["__typename"] == "PermissionAsked":
+                asked_in[0] = outcome["request"].get("turnId")
+            found = _permission_result(outcome)
+            return None if found is None else dataclasses.replace(found, turn_id=asked_in[0])
+
+        return await self._wait(ASK_PERMISSION, variables, "askPermission", result)
+
+    async def _wait(
+        self,
+        query: str,
+        variables: dict[str, Any],
+        field_name: str,
+        result: Callable[[dict[str, Any]], R | None],
+    ) -> R:
+        """An ask's subscription until `result` makes something of an outcome; asked again after a
+        lost connection (the same ask re-attaches to its pending action)."""
         while True:
             try:
-                async with self.transport.subscribe(ASK_PERMISSION, variables) as results:
+                async with self.transport.subscribe(query, variables) as results:
                     async for data in results:
-                        outcome = data["askPermission"]
-                        if outcome["__typename"] == "PermissionAsked":
-                            turn_id = outcome["request"].get("turnId")
-                            continue
-                        status = PERMISSION_OUTCOMES.get(outcome["__typename"])
-                        if status is not None:
-                            decision = outcome.get("decision")
-                            return PermissionResult(status, str(outcome["pendingId"]), decision, turn_id)
+                        done = result(data[field_name])
+                        if done is not None:
+                            return done
             except (GraphQLRequestError, ConnectionRefused):
                 raise
             except LOST:
-                log.warning("permission request connection lost; asking again", exc_info=True)
+                log.warning("ask connection lost; asking again", exc_info=True)
             await asyncio.sleep(self.reconnect_seconds)
 
     async def prompts(self) -> AsyncIterator[Prompt]:

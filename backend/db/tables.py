@@ -169,6 +169,33 @@ api_tokens = Table(
     Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("revoked_at", UTCDateTime, nullable=True),
+    # "runner": a person's token for their agent runner (hooks), which creates its own tasks and
+    # sessions (`runner_tasks`, `runner_sessions`) and acts as the agent only in them. Null: a plain
+    # token of its user's role.
+    Column("kind", String(16), nullable=True),
+    Column("label", String(200), nullable=True),
+)
+
+# A runner token's task of a project folder: the token's sessions started in that folder share it.
+runner_tasks = Table(
+    "runner_tasks",
+    metadata,
+    Column("token_id", ID, ForeignKey("api_tokens.id", ondelete="CASCADE"), primary_key=True),
+    Column("project", Text, primary_key=True),
+    Column("task_id", ID, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+# A runner token's session of an agent client's session id (Claude Code's or Codex's `session_id`),
+# created on first sight; the key makes two hooks of one new session agree on one session.
+runner_sessions = Table(
+    "runner_sessions",
+    metadata,
+    Column("token_id", ID, ForeignKey("api_tokens.id", ondelete="CASCADE"), primary_key=True),
+    Column("client_session_id", String(200), primary_key=True),
+    Column("session_id", ID, ForeignKey("task_sessions.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    UniqueConstraint("session_id"),
 )
 
 task_grants = Table(

@@ -217,11 +217,8 @@ class DemoAgent:
 
     async def _react(self, outcome: PermissionResult, turn_id: str | None) -> None:
         migration = self._migration()
-        if outcome.status == "decided" and outcome.decision is not None:
-            allowed = outcome.decision.get("behavior") == "ALLOW"
-            said = _migration_said(
-                allowed, outcome.decision.get("message"), outcome.decision.get("updatedInput") or MIGRATION
-            )
+        if outcome.status in ("allowed", "denied"):
+            said = _migration_said(outcome.allowed, outcome.message, outcome.updated_input or MIGRATION)
         else:
             said = "The request was closed without a decision; I did not run the migration."
         await migration.post_message(said)
@@ -240,7 +237,8 @@ class DemoAgent:
                 await self._react(outcome, view["turnId"])
                 return _ended(outcome)
             if view is not None and await self._denied_while_away(view):
-                await self._react(PermissionResult("decided", asked, view["decision"]), view["turnId"])
+                message = (view["decision"] or {}).get("message")
+                await self._react(PermissionResult("denied", asked, message=message), view["turnId"])
                 return "denied"
             return "earlier"  # reacted to already, closed, or an allow that reaches us as a prompt
         turn_id = await self._migration().start_turn()
@@ -302,9 +300,7 @@ class DemoAgent:
 
 
 def _ended(outcome: PermissionResult) -> str:
-    if outcome.status == "decided" and outcome.decision is not None:
-        return "allowed" if outcome.decision.get("behavior") == "ALLOW" else "denied"
-    return outcome.status
+    return outcome.status  # allowed | denied | detached | closed
 
 
 def _migration_said(allowed: bool, reason: str | None, tool_input: Any, *, later: bool = False) -> str:

@@ -13,6 +13,9 @@ from backend.db.engine import utcnow
 from backend.db.tables import api_tokens, task_grants, task_sessions, users
 from backend.domain.errors import InvalidInput, NotFound
 from backend.domain.ids import new_id
+from backend.repository import runner_sessions
+
+RUNNER = "runner"  # the role of a runner token's identity, and the token kind that makes it
 
 
 def token_hash(token: str) -> str:
@@ -29,12 +32,16 @@ class UserRecord:
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """What a live token resolves to: the user, the agent's session and every task it may read."""
+    """What a live token resolves to: the user, the agent's session and every task it may read. A
+    runner token's identity has the role `runner`, its issuer as user, and the tasks and sessions it
+    made (`session_ids`, where it acts as the agent)."""
 
     user_id: str
     role: str
     session_id: str | None
     task_ids: frozenset[str]
+    token_id: str | None = None
+    session_ids: frozenset[str] = frozenset()
 
 
 async def create_user(conn: AsyncConnection, name: str, role: str) -> UserRecord:
@@ -58,7 +65,15 @@ async def list_users(conn: AsyncConnection) -> list[UserRecord]:
     return [UserRecord(r.id, r.name, r.role) for r in result]
 
 
-async def insert_token(conn: AsyncConnection, user_id: str, token: str, session_id: str | None) -> str:
+async def insert_token(
+    conn: AsyncConnection,
+    user_id: str,
+    token: str,
+    session_id: str | None,
+    *,
+    kind: str | None = None,
+    label: str | None = None,
+) -> str:
     token_id = new_id()
     await conn.execute(
         api_tokens.insert().values(
@@ -67,6 +82,8 @@ async def insert_token(conn: AsyncConnection, user_id: str, token: str, session_
             token_hash=token_hash(token),
             session_id=session_id,
             created_at=utcnow(),
+            kind=kind,
+            label=label,
         )
     )
     return token_id
@@ -98,10 +115,17 @@ async def revoke_grant(conn: AsyncConnection, user_id: str, task_id: str) -> boo
 
 async def identity_for_token(conn: AsyncConnection, token: str) -> Identity | None:
     """The live token's identity with its readable tasks, or None (unknown or revoked): one statement
-    for the token, one for the grants."""
+    for the token, one for the grants (a runner token's: two, for the tasks and sessions it made)."""
     row = (
         await conn.execute(
-            select(users.c.id, users.c.role, api_tokens.c.session_id, task_sessions.c.task_id)
+            select(
+                users.c.id,
+                users.c.role,
+                api_tokens.c.id.label("token_id"),
+                api_tokens.c.kind,
+                api_tokens.c.session_id,
+                task_sessions.c.task_id,
+            )
             .select_from(
                 api_tokens.join(users, users.c.id == api_tokens.c.user_id).outerjoin(
                     task_sessions, task_sessions.c.id == api_tokens.c.session_id
@@ -112,10 +136,13 @@ async def identity_for_token(conn: AsyncConnection, token: str) -> Identity | No
     ).first()
     if row is None:
         return None
+    if row.kind == RUNNER:
+        tasks, sessions = await runner_sessions.scope(conn, row.token_id)
+        return Identity(row.id, RUNNER, None, tasks, token_id=row.token_id, session_ids=sessions)
     task_ids: set[str] = set()
     if row.role == "user":
         grants = await conn.execute(select(task_grants.c.task_id).where(task_grants.c.user_id == row.id))
         task_ids = {g.task_id for g in grants}
     elif row.role == "agent" and row.task_id is not None:
         task_ids = {row.task_id}
-    return Identity(row.id, row.role, row.session_id, frozenset(task_ids))
+    return Identity(row.id, row.role, row.session_id, frozenset(task_ids), token_id=row.token_id)

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 
 from backend.background import stop_tasks
 from backend.bus import BUS_GAP
-from backend.domain.errors import InvalidInput
+from backend.domain.errors import Forbidden, InvalidInput, NotFound
 from backend.domain.names import plain_name
 from backend.repository import access, tasks, turns
-from backend.repository.access import Identity, UserRecord
+from backend.repository.access import RUNNER, Identity, UserRecord
 from backend.services.context import Deps
 from backend.services.token_cache import ACCESS_CHANNEL, TokenCache
 
@@ -20,6 +20,9 @@ log = logging.getLogger("turnwise.access")
 
 ROLES = ("user", "support", "agent", "admin")
 MAX_NAME = 200
+# Who issues runner tokens: a person who may answer what their agents ask (support staff write
+# nothing; agents and runners are not people).
+RUNNER_ISSUERS = ("user", "admin")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,31 @@ class Access:
             "token issued", extra={"event": "access.token_issued", "token_id": token_id, "user_id": user_id}
         )
         return IssuedToken(token_id, user_id, token)
+
+    async def issue_runner_token(self, user_id: str, label: str) -> IssuedToken:
+        """A token for the person's agent runner (Claude Code's or Codex's hooks): it makes its own
+        tasks and sessions, granted to the person, and acts as the agent only in them."""
+        label = plain_name("label", label).strip()
+        if not label or len(label) > MAX_NAME:
+            raise InvalidInput("label", f"must be 1-{MAX_NAME} characters")
+        async with self.deps.db.write() as conn:
+            try:
+                user = await access.get_user(conn, user_id)
+            except NotFound:
+                raise Forbidden("runner tokens are issued by a person with a token of their own") from None
+            if user.role not in RUNNER_ISSUERS:
+                raise Forbidden(f"the {user.role} role cannot issue runner tokens")
+            token = secrets.token_urlsafe(32)
+            token_id = await access.insert_token(conn, user_id, token, None, kind=RUNNER, label=label)
+        log.info(
+            "runner token issued",
+            extra={"event": "access.runner_token_issued", "token_id": token_id, "user_id": user_id},
+        )
+        return IssuedToken(token_id, user_id, token)
+
+    async def runner_scope_changed(self) -> None:
+        """A runner token made a task or a session: identities read before no longer hold all of them."""
+        await self._access_changed("runner_scope")
 
     async def revoke_token(self, token_id: str) -> bool:
         async with self.deps.db.write() as conn:

@@ -26,6 +26,7 @@ from backend.services.reach import Reach
 from backend.services.reads import Reads
 from backend.services.recovery import Recovery
 from backend.services.resume_recovery import ReservationRecovery
+from backend.services.runner_sessions import RunnerSessions
 from backend.services.summaries import Summaries
 from backend.services.waiters import WaiterHub
 from backend.services.watchdog import Watchdogs
@@ -67,6 +68,7 @@ class Services:
     needs_you: NeedsYou
     needs_you_live: NeedsYouHub
     decisions: Decisions
+    runners: RunnerSessions
 
     @classmethod
     def build(cls, deps: Deps) -> Services:
@@ -104,18 +106,21 @@ class Services:
         needs_you = NeedsYou(deps, waiters)
         # Every process hears of each new bundle's session, so a respond anywhere locks it at once.
         live.bundle_sessions.append(pending.remember_session)
+        operations = Operations(deps, reservations=orchestrator)
+        access = Access(deps)
+        # The same lifecycle, for the permission kind.
+        permissions = Permissions(pending)
         return cls(
             deps=deps,
-            operations=Operations(deps, reservations=orchestrator),
+            operations=operations,
             reads=Reads(deps),
             summaries=summaries,
-            access=Access(deps),
+            access=access,
             live=live,
             prompts=prompts,
             waiters=waiters,
             pending=pending,
-            # The same lifecycle, for the permission kind.
-            permissions=Permissions(pending),
+            permissions=permissions,
             permission_rules=PermissionRules(deps),
             reach=reach,
             recovery=recovery,
@@ -126,4 +131,5 @@ class Services:
             needs_you=needs_you,
             needs_you_live=NeedsYouHub(deps, needs_you),
             decisions=Decisions(deps),
+            runners=RunnerSessions(deps, operations, permissions, pending, access),
         )

@@ -1,6 +1,8 @@
 """The access matrix: every operation x every role x own / foreign task, one test per cell, against a
 real server. Nobody sees, changes or subscribes to a task it cannot access, and a denial for an
-inaccessible id reads exactly like the answer for an id that does not exist."""
+inaccessible id reads exactly like the answer for an id that does not exist. A runner token's own
+task is one its hook made (runnerEvent); it then acts as that session's agent and reads nothing
+else."""
 
 from __future__ import annotations
 
@@ -30,9 +32,12 @@ from tests.api.gql import (
 from tests.api.kinds import API_PERMISSION, ASK_PERMISSION, BASH
 from tests.api.test_clarification_api import ASK, QUESTION
 from tests.dialects import served
+from tests.hooks.runner import RUNNER_ASK, RUNNER_EVENT, person, runner_event, runner_token
 from tests.servers import ADMIN_TOKEN, Server
 
-ROLES = ("admin", "support", "user", "agent", "none")
+ROLES = ("admin", "support", "user", "agent", "runner", "none")
+# Roles that act as an agent in their own session.
+AGENTS = ("agent", "runner")
 RULES = "query($s: ID!) { permissionRules(sessionId: $s) { id } }"
 REMEMBER = """mutation($p: ID!) {
   respondToPermission(pendingId: $p, behavior: ALLOW, remember: true) { __typename } }"""
@@ -66,8 +71,17 @@ async def people(matrix_server: Server) -> dict[str, str]:
     user_id, user_token = await token_for(admin, "user", name=f"user-{suffix}")
     _, support_token = await token_for(admin, "support", name=f"support-{suffix}")
     agent_id = (await admin.execute(CREATE_USER, {"n": f"agent-{suffix}", "r": "agent"}))["createUser"]["id"]
+    # The runner's tasks are granted to the person who issued it: someone else than the user above.
+    _, owner_token = await person(admin)
     await admin.aclose()
-    return {"user_id": user_id, "user": user_token, "support": support_token, "agent_id": agent_id}
+    runner = (await runner_token(matrix_server.base_url, owner_token))["token"]
+    return {
+        "user_id": user_id,
+        "user": user_token,
+        "support": support_token,
+        "agent_id": agent_id,
+        "runner": runner,
+    }
 
 
 async def detached_question(admin: Client, session_id: str) -> str:
@@ -92,8 +106,17 @@ async def rules_of(admin: Client, session_id: str) -> list[str]:
 async def build_world(
     admin: Client, people: dict[str, str], role: str, scope: str, op: str = ""
 ) -> tuple[World, str | None]:
-    """A fresh target and the caller's token (an agent token is bound to the target's session if own)."""
-    task_id, session_id = await running_session(admin, title=f"{role}-{scope}")
+    """A fresh target and the caller's token (an agent token is bound to the target's session if own;
+    a runner's own target is a session its hook made)."""
+    if role == "runner" and scope == "own":
+        runner = Client(admin.base_url, people["runner"])
+        try:
+            made = await runner_event(runner, uuid.uuid4().hex, f"/src/{op}", "SESSION_START")
+        finally:
+            await runner.aclose()
+        task_id, session_id = made["taskId"], made["id"]
+    else:
+        task_id, session_id = await running_session(admin, title=f"{role}-{scope}")
     turn = (await admin.execute(START, {"s": session_id}))["startTurn"]["id"]
     message = (await admin.execute(POST, {"s": session_id, "c": "hello", "k": "message"}))["postMessage"][
         "id"
@@ -246,6 +269,17 @@ OPS: dict[str, tuple[str, str, Any]] = {
         ASK_PERMISSION,
         lambda w: {"s": w.session, "n": "Bash", "i": BASH, "t": 5},
     ),
+    "issueRunnerToken": ("issuer", 'mutation { issueRunnerToken(label: "ci") { id } }', lambda _: {}),
+    "runnerEvent": (
+        "runner",
+        RUNNER_EVENT,
+        lambda _: {"c": uuid.uuid4().hex, "p": "/src/matrix", "e": "USER_PROMPT_SUBMIT"},
+    ),
+    "runnerAskPermission": (
+        "subscribe-runner",
+        RUNNER_ASK,
+        lambda _: {"c": uuid.uuid4().hex, "p": "/src/matrix", "n": "Bash", "i": BASH, "w": 5},
+    ),
     "agentPrompts": (
         "hold",
         "subscription($s: ID!) { agentPrompts(sessionId: $s) { turnId } }",
@@ -270,7 +304,7 @@ RULE_WRITES = {"respondToPermission.remember", "revokePermissionRule"}
 
 
 def can_read(role: str, scope: str) -> bool:
-    return role in ("admin", "support") or (role in ("user", "agent") and scope == "own")
+    return role in ("admin", "support") or (role in ("user", *AGENTS) and scope == "own")
 
 
 def expected(op: str, role: str, scope: str) -> str:
@@ -278,6 +312,11 @@ def expected(op: str, role: str, scope: str) -> str:
     kind = OPS[op][0]
     if role == "none":
         return "UNAUTHENTICATED"
+    if kind == "issuer":
+        # A person with a user of their own (the matrix's admin is the bootstrap token, which has none).
+        return "ok" if role == "user" else "FORBIDDEN"
+    if kind in ("runner", "subscribe-runner"):
+        return "ok" if role == "runner" else "FORBIDDEN"
     if kind in ("list", "nullable", "summaries"):
         return "ok" if can_read(role, scope) else "hidden"
     if kind in ("read", "subscribe", "active"):
@@ -289,7 +328,7 @@ def expected(op: str, role: str, scope: str) -> str:
     if kind == "cancel":
         # Only the waiting agent (or an admin) withdraws a question; for anyone else it is simply
         # not cancellable: false, with no hint whether it exists.
-        return "true" if role == "admin" or (role == "agent" and scope == "own") else "false"
+        return "true" if role == "admin" or (role in AGENTS and scope == "own") else "false"
     if kind == "revoke":
         # People who may answer the task revoke its rules; readers who may not are told so; for
         # anyone else there is no such rule: false, as for an unknown id.
@@ -299,7 +338,7 @@ def expected(op: str, role: str, scope: str) -> str:
     if kind == "admin":
         return "ok" if role == "admin" else "FORBIDDEN"
     # agent operations: the admin, or the agent in its own session; readers are told no, others see nothing
-    if role == "admin" or (role == "agent" and scope == "own"):
+    if role == "admin" or (role in AGENTS and scope == "own"):
         return "ok"
     return "FORBIDDEN" if can_read(role, scope) else "NOT_FOUND"
 
@@ -310,7 +349,7 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
     client = Client(srv.base_url, token)
     document = document.replace("UNIQUE", uuid.uuid4().hex[:8])
     try:
-        if kind in ("subscribe", "summaries", "subscribe-agent", "hold"):
+        if kind in ("subscribe", "summaries", "subscribe-agent", "subscribe-runner", "hold"):
             try:
                 async with client.subscribe(document, variables(world)) as sub:
                     seen = []
@@ -328,9 +367,12 @@ async def outcome(srv: Server, token: str | None, op: str, world: World) -> tupl
                                     continue
                         finally:
                             await admin.aclose()
+                    # An agent's ask answers at once, with its outcome or its refusal: on a busy
+                    # machine that may take a while, and it never stays silent.
+                    first = 10.0 if kind in ("subscribe-agent", "subscribe-runner") else 0.4
                     try:
                         while True:
-                            seen.append(await sub.next(timeout=0.4))
+                            seen.append(await sub.next(timeout=first if not seen else 0.4))
                     except TimeoutError:
                         pass
             except GraphQLError as error:

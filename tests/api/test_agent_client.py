@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backend.client import Agent, AskResult, GraphQLRequestError, Prompt
+from backend.client import Agent, AskResult, GraphQLRequestError, PermissionResult, Prompt
 from tests.api.client import Client
 from tests.api.gql import running_session, token_for
 from tests.api.test_mcp import wait_for_state
@@ -34,7 +34,14 @@ async def test_ask_returns_a_live_answer_and_a_detached_one_comes_back_as_a_prom
         assert live == AskResult(
             "answered",
             pending_id,
-            [{"questionId": "q1", "selectedOptionIds": ["q1_opt2"], "customText": None}],
+            [
+                {
+                    "questionId": "q1",
+                    "selectedOptionIds": ["q1_opt2"],
+                    "selectedOptionLabels": ["PostgreSQL"],
+                    "customText": None,
+                }
+            ],
         )
         detached = await agent.ask([{**QUESTION, "prompt": "Which cache?"}], timeout_seconds=0.1)
         assert detached.status == "detached"
@@ -49,6 +56,54 @@ async def test_ask_returns_a_live_answer_and_a_detached_one_comes_back_as_a_prom
         with pytest.raises(GraphQLRequestError) as stale:
             await agent.complete_turn(prompt.turn_id, prompt.generation)
         assert stale.value.codes == ["INVALID_STATE"]
+
+
+RESPOND_PERMISSION = """mutation($p: ID!, $b: PermissionBehavior!, $i: JSON, $m: String, $r: Boolean!) {
+  respondToPermission(pendingId: $p, behavior: $b, updatedInput: $i, message: $m, remember: $r) {
+    __typename } }"""
+PERMISSION_STATE = "query($t: ID!) { taskSessions(taskId: $t) { activePermission { pendingId } } }"
+BASH = {"command": "alembic upgrade head"}
+
+
+async def test_ask_permission_returns_each_decision_a_person_or_a_rule_makes(
+    server: Server, admin: Client
+) -> None:
+    task_id, session_id = await running_session(admin, title="client permission")
+    _, token = await token_for(admin, "agent", name="client-permission", session_id=session_id)
+
+    async def decided(agent: Agent, behavior: str, **kw: object) -> PermissionResult:
+        asking = asyncio.create_task(agent.ask_permission("Bash", BASH))
+        for _ in range(400):
+            (session,) = (await admin.execute(PERMISSION_STATE, {"t": task_id}))["taskSessions"]
+            if session["activePermission"]:
+                break
+            await asyncio.sleep(0.05)
+        pending_id = session["activePermission"]["pendingId"]
+        variables = {
+            "p": pending_id,
+            "b": behavior,
+            "i": kw.get("i"),
+            "m": kw.get("m"),
+            "r": kw.get("r", False),
+        }
+        await admin.execute(RESPOND_PERMISSION, variables)
+        return await asyncio.wait_for(asking, 30)
+
+    async with Agent(server.base_url, token, session_id) as agent:
+        edited = {"command": "alembic upgrade head --sql"}
+        allowed = await decided(agent, "ALLOW", i=edited)
+        assert (allowed.allowed, allowed.updated_input, allowed.auto) == (True, edited, False)
+        denied = await decided(agent, "DENY", m="not during the release")
+        assert (denied.status, denied.message, denied.updated_input) == (
+            "denied",
+            "not during the release",
+            None,
+        )
+        await decided(agent, "ALLOW", r=True)
+        by_rule = await agent.ask_permission("Bash", BASH)
+        assert (by_rule.status, by_rule.updated_input, by_rule.auto) == ("allowed", BASH, True)
+        detached = await agent.ask_permission("Bash", {"command": "rm -rf build"}, timeout_seconds=0.1)
+        assert (detached.status, detached.allowed) == ("detached", False)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -66,11 +66,13 @@ def _one(tasks: list[dict[str, Any]], title: str) -> dict[str, Any]:
 
 def migration(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     """The session in which the demo agent asks to run the migration."""
-    return _one(tasks, "Review the migration plan")["sessions"][1]
+    session: dict[str, Any] = _one(tasks, "Review the migration plan")["sessions"][1]
+    return session
 
 
 def questions(tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    return _one(tasks, "Demo agent: configure the webhook service")["sessions"][0]
+    session: dict[str, Any] = _one(tasks, "Demo agent: configure the webhook service")["sessions"][0]
+    return session
 
 
 def tasks_of(admin: Client) -> Any:

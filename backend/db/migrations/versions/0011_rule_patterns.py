@@ -19,7 +19,7 @@ The patterns are written by the domain's own `legacy_pattern` (`domain/rule_patt
 frozen copy: a rule's text is only right as the parser that reads it writes it.
 
 Revision ID: 0011
-Revises: 0014
+Revises: 0015
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from backend.domain.rule_patterns import PatternError, PatternKind, legacy_pattern, parse_pattern
 
 revision = "0011"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
