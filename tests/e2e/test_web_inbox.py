@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from playwright.async_api import expect
+from playwright.async_api import Locator, expect
 
 from tests.api.client import Client
 from tests.e2e.conftest import RESULTS
@@ -550,11 +550,11 @@ async def _settled_session(api: Api, client: Client, session_id: str) -> dict[st
     ]
     for name, tool_input, behavior, updated, message, remember in decisions:
         tool = "Edit" if tool_input is EDIT else "Bash"
-        agent = await ToolAgent.ask(api, session_id, tool_input, tool=tool)
-        variables = {"p": agent.pending_id, "b": behavior, "u": updated, "m": message, "r": remember}
+        tool_agent = await ToolAgent.ask(api, session_id, tool_input, tool=tool)
+        variables = {"p": tool_agent.pending_id, "b": behavior, "u": updated, "m": message, "r": remember}
         await client.execute(DECIDE, variables)
-        await agent.outcome()
-        ids[name] = agent.pending_id
+        await tool_agent.outcome()
+        ids[name] = tool_agent.pending_id
     by_rule = await ToolAgent.ask(api, session_id, _bash(13))
     assert by_rule.first["__typename"] == "PermissionDecided"
     ids["rule"] = by_rule.pending_id
@@ -575,7 +575,11 @@ async def test_the_history_says_who_decided_what_for_each_settled_action(
     await api.client.execute(SET_STATE, {"s": finished, "st": "COMPLETED"})
 
     network = await person.open(page, web_server, f"/t/{task_id}/s/{main}", phone=phone)
-    line = lambda name: page.get_by_test_id(f"decision-{ids[name]}")  # noqa: E731 - a local shorthand
+
+    def line(name: str) -> Locator:
+        found: Locator = page.get_by_test_id(f"decision-{ids[name]}")
+        return found
+
     await expect(line("answered")).to_contain_text(f"{person.name} answered: Exponential backoff")
     await expect(line("skipped")).to_contain_text(f"{person.name} skipped")
     await expect(line("allowed")).to_contain_text(f"{person.name} allowed Bash: pytest -q tests/part11")
