@@ -19,10 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
-from graphql import build_schema
+from graphql import NameNode, ObjectFieldNode, ValueNode, build_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis_graphql import Mode, mutations, queries
+from hypothesis_graphql import Mode, mutations, nodes, queries
 from sqlalchemy import select
 
 from backend.db import tables
@@ -151,6 +151,32 @@ GENERATED = settings(
     print_blob=True,
     suppress_health_check=list(HealthCheck),
 )
+
+
+def _json_node(value: Any) -> ValueNode:
+    """A JSON value as the GraphQL literal a client would write for the JSON scalar."""
+    if isinstance(value, bool):
+        return nodes.Boolean(value)
+    if isinstance(value, int):
+        return nodes.Int(value)
+    if isinstance(value, str):
+        return nodes.String(value)
+    if isinstance(value, list):
+        return nodes.List([_json_node(v) for v in value])
+    fields = [ObjectFieldNode(name=NameNode(value=k), value=_json_node(v)) for k, v in value.items()]
+    return nodes.Object(fields)
+
+
+# JSON arguments (a tool's input, a rules block): objects, lists and scalars, keys a rules block uses.
+JSON_VALUES = st.recursive(
+    st.booleans() | st.integers(-5, 5) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["allow", "ask", "deny", "command", "x"]), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+CUSTOM_SCALARS = {"JSON": JSON_VALUES.map(_json_node)}
 _mutation_type = build_schema(SCHEMA).mutation_type
 assert _mutation_type is not None
 MUTATION_FIELDS = sorted(_mutation_type.fields)
@@ -159,7 +185,8 @@ MUTATION_FIELDS = sorted(_mutation_type.fields)
 @GENERATED
 @given(
     document=st.one_of(
-        queries(SCHEMA, mode=Mode.POSITIVE), queries(SCHEMA, mode=Mode.NEGATIVE, allow_x00=False)
+        queries(SCHEMA, mode=Mode.POSITIVE, custom_scalars=CUSTOM_SCALARS),
+        queries(SCHEMA, mode=Mode.NEGATIVE, allow_x00=False, custom_scalars=CUSTOM_SCALARS),
     )
 )
 def test_generated_queries_always_get_a_well_formed_result(probe: SyncProbe, document: str) -> None:
@@ -176,7 +203,9 @@ def test_generated_mutations_are_well_formed_and_a_rejected_one_changes_nothing(
     probe: SyncProbe, data: st.DataObject, field: str, mode: Mode
 ) -> None:
     # One root field per document: a rejected document then means a rejected write.
-    document = data.draw(mutations(SCHEMA, fields=[field], mode=mode, allow_x00=False))
+    document = data.draw(
+        mutations(SCHEMA, fields=[field], mode=mode, allow_x00=False, custom_scalars=CUSTOM_SCALARS)
+    )
     before = probe.snapshot()
     body = check_result(probe.http.post("/graphql", json={"query": document}))
     if rejected(body):
