@@ -25,7 +25,7 @@ from bench.common import pct, write_result
 RULES = 1_000
 SAMPLES = int(os.environ.get("TURNWISE_BENCH_RULE_SAMPLES", "20000"))
 TARGET_P99_MS = 1.0
-PROJECT = "/work/repo"
+PROJECT = "/home/shop"
 HOME = "/home/ana"
 WORDS = ["build", "test", "lint", "deploy", "status", "log", "diff", "fmt", "check", "run", "sync", "pull"]
 TOOLS = ["npm", "git", "cargo", "make", "docker", "kubectl", "pytest", "ruff", "go", "yarn", "pip", "uv"]
