@@ -113,6 +113,7 @@ class ServerProcess:
     ready_seconds: float = 30
     stop_seconds: float = 15
     cwd: str | None = None  # where the server starts (another checkout's code runs from its own)
+    python: str = sys.executable  # the interpreter (another checkout's, with the packages it locks)
 
     @property
     def base_url(self) -> str:
@@ -121,7 +122,7 @@ class ServerProcess:
     def spawn(self) -> subprocess.Popen[bytes]:
         with self.log_path.open("ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", *self.args, "--port", str(self.port)],
+                [self.python, "-m", *self.args, "--port", str(self.port)],
                 env={**os.environ, **self.env},
                 cwd=self.cwd,
                 stdout=log,

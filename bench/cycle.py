@@ -514,7 +514,10 @@ async def serving(
         env.update(settings or {})
         cwd = env.pop(BASELINE_CWD, None)
         args = ["backend.cli", "serve", *(["--workers", str(workers)] if workers > 1 else [])]
-        server = Process("turnwise", args, env, database_url=url, cwd=cwd)
+        # Another checkout runs on its own virtualenv where it has one (its own locked packages).
+        own_python = Path(cwd or ".", ".venv", "bin", "python")
+        python = str(own_python) if cwd and own_python.is_file() else sys.executable
+        server = Process("turnwise", args, env, database_url=url, cwd=cwd, python=python)
     try:
         await server.start()
         yield server
@@ -695,7 +698,8 @@ def start_profiler(
         return None
     dialect = "sqlite" if server.database_url.startswith("sqlite") else "pg"
     workers = server.args[server.args.index("--workers") + 1] if "--workers" in server.args else "1"
-    out = f"{prefix}-{server.kind}-{dialect}-{agents}-w{workers}-{window}.txt"
+    other = "-baseline" if server.cwd else ""  # another checkout's server
+    out = f"{prefix}-{server.kind}{other}-{dialect}-{agents}-w{workers}-{window}.txt"
     spy = Path(sys.executable).with_name("py-spy")
     return subprocess.Popen(
         [
@@ -838,8 +842,9 @@ RUNS: tuple[Run, ...] = (
 
 def baseline_runs(checkout: str) -> tuple[Run, ...]:
     """TURNWISE_CYCLE_BASELINE: another checkout of Turnwise (an earlier commit, say, made with `git
-    worktree add`) whose server runs beside this one's in the same windows, from its own code and
-    this environment's packages, labelled `turnwise pg+redis baseline`."""
+    worktree add`) whose server runs beside this one's in the same windows, from its own code and its
+    own `.venv` (`make install` there) or else this environment's packages, labelled `turnwise
+    pg+redis baseline`."""
     if not checkout:
         return ()
     root = Path(checkout).resolve()
