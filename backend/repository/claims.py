@@ -22,7 +22,7 @@ from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import Answer, BundleRow
 from backend.domain.permissions import Decision
 from backend.domain.states import ClarificationStatus, SessionState
-from backend.repository import locks, tasks
+from backend.repository import bumped, locks, tasks
 from backend.repository.pending_rows import (
     ACTIVE_ROWS,
     B_SESSION,
@@ -47,48 +47,22 @@ async def claim(
     rejected: bool,
     claim_id: str | None,
     detach_rows: bool,
-    decided_by: str | None = None,
-) -> list[BundleRow]:
-    """`claim_bumping` without the bump."""
-    claimed, _ = await claim_bumping(
-        conn,
-        session_id=session_id,
-        pending_id=pending_id,
-        message_ids=message_ids,
-        answers=answers,
-        rejected=rejected,
-        claim_id=claim_id,
-        detach_rows=detach_rows,
-        decided_by=decided_by,
-    )
-    return claimed
-
-
-async def claim_bumping(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    pending_id: str,
-    message_ids: Sequence[str],
-    answers: Mapping[str, Answer | Decision],
-    rejected: bool,
-    claim_id: str | None,
-    detach_rows: bool,
     bump: bool = False,
     decided_by: str | None = None,
-) -> tuple[list[BundleRow], bool]:
+) -> list[BundleRow]:
     """The atomic current-turn claim: ONE conditional UPDATE of the bundle's pending rows.
 
     Writes each row's answer (status answered/rejected + response) and, with `claim_id`, the durable
     delivery intent. The WHERE re-checks pending status, current-turn ownership and a live session;
     the rows it returns are the claim (an empty list means the claim was lost).
 
-    `bump`: the caller's unit of work wants the session's sequence bumped when the claim took rows;
-    returns whether this statement already did it (on PostgreSQL, in the same statement).
-    `decided_by`: the user whose response this is, written into the rows (None: left as it is).
+    `bump`: the session's sequence is to be bumped when the claim took rows: on PostgreSQL, a
+    one-row claim does it in the same statement and notes it (`bumped`); otherwise the unit of work
+    does it at commit. `decided_by`: the user whose response this is, written into the rows (None:
+    left as it is).
     """
     if not message_ids:
-        return [], False
+        return []
     if len(message_ids) == 1 and len(answers) <= 1:
         together = bump and conn.dialect.name == "postgresql"
         claimed = await _claim_one(
@@ -103,7 +77,35 @@ async def claim_bumping(
             bump=together,
             decided_by=decided_by,
         )
-        return claimed, together and bool(claimed)
+        if together and claimed:
+            bumped.note(conn, session_id)
+        return claimed
+    return await _claim_many(
+        conn,
+        session_id=session_id,
+        pending_id=pending_id,
+        message_ids=message_ids,
+        answers=answers,
+        rejected=rejected,
+        claim_id=claim_id,
+        detach_rows=detach_rows,
+        decided_by=decided_by,
+    )
+
+
+async def _claim_many(
+    conn: AsyncConnection,
+    *,
+    session_id: str,
+    pending_id: str,
+    message_ids: Sequence[str],
+    answers: Mapping[str, Answer | Decision],
+    rejected: bool,
+    claim_id: str | None,
+    detach_rows: bool,
+    decided_by: str | None,
+) -> list[BundleRow]:
+    """`claim` for a bundle of several rows (or answers): the UPDATE built for its answers."""
     columns, patch = _claim_values(
         rejected=rejected, claim_id=claim_id, detach_rows=detach_rows, decided_by=decided_by
     )
@@ -127,7 +129,7 @@ async def claim_bumping(
         .returning(*BUNDLE_ROW_COLUMNS),
         bound(session_id, pending_id),
     )
-    return [bundle_row(r) for r in result], False
+    return [bundle_row(r) for r in result]
 
 
 def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:
@@ -320,12 +322,16 @@ async def settle_claim_and_resume(
     conn: AsyncConnection, session_id: str, message_ids: Sequence[str], claim_id: str
 ) -> tuple[list[BundleRow], bool]:
     """`settle_claim`, then, when it settled anything, `tasks.mark_running_when_unblocked(...,
-    bump=True)`: one statement on PostgreSQL (settling removes only the delivery intent, which no
-    blocking condition reads, so both parts may share one snapshot). True when the session resumed."""
+    bump=True)`, noted for the unit of work: one statement on PostgreSQL (settling removes only the
+    delivery intent, which no blocking condition reads, so both parts may share one snapshot). True
+    when the session resumed."""
     if len(message_ids) == 1 and conn.dialect.name == "postgresql":
         params = {"b_id": message_ids[0], "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
         found = await _SETTLE_AND_RESUME.rows(conn, params)
-        return [bundle_row(r) for r in found], bool(found) and found[0].bumped == 1
+        resumed = bool(found) and found[0].bumped == 1
+        if resumed:
+            bumped.note(conn, session_id)
+        return [bundle_row(r) for r in found], resumed
     settled = await settle_claim(conn, message_ids, claim_id)
     if not settled:
         return [], False

@@ -26,7 +26,7 @@ from backend.domain.lifecycle import BundleRow, Spec
 from backend.domain.records import MessageRecord, SessionRecord
 from backend.domain.rule_scopes import RuleRecord
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, ClarificationStatus, SessionState
-from backend.repository import message_fields, permission_rules, reach, rows, summaries, tasks
+from backend.repository import bumped, message_fields, permission_rules, reach, rows, summaries, tasks
 from backend.repository.authority import (
     PENDING_ACTION_TYPES,
     active_pending_rows,
@@ -342,13 +342,15 @@ async def insert_bundle(
     written whole or not at all.
 
     `state`: also set the session's state and bump its sequence (`tasks.set_session_state(...,
-    bump=True)`), in the same statement on PostgreSQL for a one-question bundle."""
+    bump=True)`, noted for the unit of work), in the same statement on PostgreSQL for a one-question
+    bundle."""
     records = _bundle_records(
         session_id, turn_id, pending_id, questions, context, signature, waiter_id, waiter_instance
     )
     values = [_row_values(r) for r in records]
     if state is not None and len(values) == 1 and conn.dialect.name == "postgresql":
         await _INSERT_AND_SET_STATE.rows(conn, {**values[0], "b_session": session_id, "b_state": state})
+        bumped.note(conn, session_id)
         return records
     await _INSERT_ROW.many(conn, values)
     if state is not None:
@@ -506,9 +508,43 @@ async def ask_context_inserting(
     context_found = _ask_context(found)
     if row.inserted is None:
         return context_found
+    if row.set_waiting:
+        bumped.note(conn, session_id)
     written = None if outbox is None else int(row.outbox)
     inserted = [replace(record, turn_id=str(context_found.turn_id))]
     return replace(context_found, inserted=inserted, outbox_rows=written)
+
+
+async def ensure_bundle(
+    conn: AsyncConnection,
+    found: AskContext,
+    *,
+    turn_id: str,
+    pending_id: str,
+    questions: Sequence[Spec],
+    context: str | None,
+    signature: str,
+    waiter_id: str,
+    waiter_instance: str,
+) -> list[MessageRecord]:
+    """The asked bundle's rows, written once: those the context's own statement inserted
+    (`ask_context_inserting`), or else `insert_bundle` now, with the session set waiting unless it
+    already was."""
+    if found.inserted is not None:
+        return found.inserted
+    waiting = found.session.state == SessionState.WAITING_FOR_INPUT
+    return await insert_bundle(
+        conn,
+        session_id=found.session.id,
+        turn_id=turn_id,
+        pending_id=pending_id,
+        questions=questions,
+        context=context,
+        signature=signature,
+        waiter_id=waiter_id,
+        waiter_instance=waiter_instance,
+        state=None if waiting else SessionState.WAITING_FOR_INPUT.value,
+    )
 
 
 async def attach_waiter(

@@ -14,7 +14,7 @@ from backend.domain.errors import NotFound
 from backend.domain.ids import new_id
 from backend.domain.records import SessionRecord, TaskRecord
 from backend.domain.states import SessionState
-from backend.repository import rows
+from backend.repository import bumped, rows
 from backend.repository.authority import active_pending_rows
 
 
@@ -165,19 +165,22 @@ _MARK_RUNNING_BUMP_P = Prepared(_MARK_RUNNING_WHEN_UNBLOCKED_BUMP.returning(task
 async def set_session_state(
     conn: AsyncConnection, session_id: str, state: str, *, bump: bool = False
 ) -> None:
-    """`bump`: also bump the session's pending sequence (then the unit of work need not; see
-    `Work.touched_and_bumped`)."""
+    """`bump`: also bump the session's pending sequence, noted for the unit of work (`bumped`)."""
     params = {"b_session": session_id, "b_state": state, "b_now": utcnow()}
     await (_SET_STATE_BUMP_P if bump else _SET_STATE_P).rows(conn, params)
+    if bump:
+        bumped.note(conn, session_id)
 
 
 async def mark_running_when_unblocked(conn: AsyncConnection, session_id: str, *, bump: bool = False) -> bool:
     """WAITING_FOR_INPUT -> RUNNING once the session has no active clarification left (its last
     question was answered, skipped, resumed or cancelled). True when the state changed (`bump`: and
-    then its pending sequence was bumped too)."""
+    then its pending sequence was bumped too, noted for the unit of work)."""
     changed = await (_MARK_RUNNING_BUMP_P if bump else _MARK_RUNNING_P).rows(
         conn, {"b_session": session_id, "b_now": utcnow()}
     )
+    if bump and changed:
+        bumped.note(conn, session_id)
     return len(changed) == 1
 
 

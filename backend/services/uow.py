@@ -8,7 +8,8 @@
         w.publish(session.task_id, session_id, EventKind.MESSAGE_ADDED, message_id=...)
 
 On a normal exit the unit bumps `pending_seq` of every touched session in ONE statement (or none,
-when the writes already bumped them all), brings
+when the writes already bumped them all: a write that bumps a session itself notes it on the
+connection, `repository/bumped.py`, and such a session counts as touched), brings
 the existing summaries of their tasks up to date in the same transaction (so the live projector
 need not read and write them again), commits, and only then publishes the queued events in order
 (publication failures are logged, never raised: clients converge on their next read). When the body
@@ -28,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.domain.errors import BrokenInvariant
 from backend.domain.events import EventKind
 from backend.domain.records import SummaryRecord
-from backend.repository import locks, summaries, tasks
+from backend.repository import bumped, clarifications, locks, summaries, tasks
 from backend.services.context import Deps
 from backend.services.events_out import publish_batch, session_change
 from backend.services.summaries import (
@@ -60,9 +61,7 @@ class Work:
     conn: AsyncConnection
     locked: set[str] = field(default_factory=set)
     touched: dict[str, None] = field(default_factory=dict)
-    # Touched sessions whose sequence the write itself already bumped (in the same UPDATE as a state
-    # change), and the tasks of touched sessions the caller already knows: both spare a statement.
-    bumped: set[str] = field(default_factory=set)
+    # The tasks of touched sessions the caller already knows: spares reading them.
     task_of: dict[str, str] = field(default_factory=dict)
     # Touched sessions whose write provably left their pending action as it was (see `touch`): their
     # tasks' summaries need no reconciliation for it.
@@ -90,14 +89,19 @@ class Work:
             await locks.lock_sessions(self.conn, wanted)
             self.locked.update(wanted)
 
-    def locked_by_read(self, session_id: str) -> None:
-        """A read under this transaction already took this session's lock (in the same statement)."""
-        self.locked.add(session_id)
-
-    def summary_held(self, session_id: str) -> None:
-        """Since locking this session, the unit holds its task's summary row (if it has one) until
-        the commit."""
-        self.held.add(session_id)
+    async def lock_session_of_bundle(self, pending_id: str) -> str | None:
+        """The session of this bundle, locked (on PostgreSQL by the statement that finds it, which
+        also holds its task's summary row, so no further session lock may follow); None when no such
+        bundle exists."""
+        found, locked = await clarifications.lock_session_of_bundle(self.conn, pending_id)
+        if found is None:
+            return None
+        if locked:
+            self.locked.add(found)
+            self.held.add(found)
+        else:
+            await self.lock([found])
+        return found
 
     def touch(self, *session_ids: str, task_id: str | None = None, pending_action_kept: bool = False) -> None:
         """These sessions' projections may have changed: bump their sequence at commit (`task_id`:
@@ -113,14 +117,6 @@ class Work:
             self.touched[session_id] = None
             if task_id is not None:
                 self.task_of[session_id] = task_id
-
-    def touched_and_bumped(
-        self, session_id: str, *, task_id: str | None = None, pending_action_kept: bool = False
-    ) -> None:
-        """This session's projection changed and the write that changed it also bumped its sequence
-        (`tasks.set_session_state(..., bump=True)`): touched, but not bumped again at commit."""
-        self.touch(session_id, task_id=task_id, pending_action_kept=pending_action_kept)
-        self.bumped.add(session_id)
 
     def publish(
         self,
@@ -171,17 +167,20 @@ async def uow(
     summary in one statement instead of locking it first."""
     async with deps.db.write() as conn:
         work = Work(conn)
+        bumped.taken(conn)  # notes a unit rolled back on this connection left behind
         wanted = list(session_ids)
         if hold_summary and len(wanted) == 1:
             if await summaries.lock_session_holding_summary(conn, wanted[0]):
-                work.summary_held(wanted[0])
-            work.locked_by_read(wanted[0])
+                work.held.add(wanted[0])
+            work.locked.add(wanted[0])
         else:
             await work.lock(wanted)
         yield work
+        already = bumped.taken(conn)
+        work.touch(*(s for s in already if s not in work.touched))
         if work.touched:
             touched = list(work.touched)
-            await tasks.bump_pending_seqs(conn, [s for s in touched if s not in work.bumped])
+            await tasks.bump_pending_seqs(conn, [s for s in touched if s not in already])
             changed = [s for s in touched if s not in work.neutral]
             if changed:
                 work.summaries, work.projected = await project_in_transaction(

@@ -33,7 +33,7 @@ from backend.domain.lifecycle import (
     Spec,
     WaitOutcome,
 )
-from backend.domain.records import MessageRecord, SessionRecord
+from backend.domain.records import SessionRecord
 from backend.domain.states import ClarificationStatus, PendingActionKind, SessionState
 from backend.repository import claims, tasks
 from backend.repository import clarifications as repo
@@ -76,15 +76,18 @@ class Ask:
 class _Context:
     """What an ask read (and maybe wrote) under the session's lock, before deciding what to write."""
 
-    session: SessionRecord
-    turn_id: str | None
+    read: repo.AskContext
     # The open bundle with the same signature, which the ask re-attaches to instead of a new one.
     reused: str | None
-    # The new bundle's rows, when the statement that read the context also wrote them.
-    inserted: list[MessageRecord] | None = None
     outbox: AskOutbox | None = None
-    # How many outbox rows that statement wrote (None: none, the notifier writes them).
-    outbox_rows: int | None = None
+
+    @property
+    def session(self) -> SessionRecord:
+        return self.read.session
+
+    @property
+    def turn_id(self) -> str | None:
+        return self.read.turn_id
 
 
 @dataclass
@@ -199,7 +202,8 @@ class Asking:
         if ask.attach_to is not None:
             # Waiting again: never a new row, nor a rule's decision; only the open bundle itself.
             session, turn_id, reused = await repo.ask_context(w.conn, waiter.session_id, ask.signature)
-            return _Context(session, turn_id, reused) if reused == ask.attach_to else None
+            read = repo.AskContext(session, turn_id, reused)
+            return _Context(read, reused) if reused == ask.attach_to else None
         # A new pending action tells people: when (its outbox rows may be written by the statement
         # that reads the context, and are written by the notifier otherwise).
         notifier = self.core.on_asked
@@ -223,9 +227,7 @@ class Asking:
             outcome = await ask.decided(w, found)
             if outcome is not None:
                 return outcome
-        return _Context(
-            found.session, found.turn_id, found.reusable, found.inserted, outbox, found.outbox_rows
-        )
+        return _Context(found, found.reusable, outbox)
 
     async def _insert(
         self, w: Work, waiter: Waiter, ask: Ask, found: _Context, pending_id: str, turn_id: str
@@ -233,10 +235,9 @@ class Asking:
         """A new bundle (unless the context's statement wrote it) and its notifications; returned as
         the re-read would find it: this process's live waiter's."""
         session = found.session
-        waiting = session.state == SessionState.WAITING_FOR_INPUT
-        records = found.inserted or await repo.insert_bundle(
+        records = await repo.ensure_bundle(
             w.conn,
-            session_id=session.id,
+            found.read,
             turn_id=turn_id,
             pending_id=pending_id,
             questions=ask.specs,
@@ -244,11 +245,12 @@ class Asking:
             signature=ask.signature,
             waiter_id=waiter.waiter_id,
             waiter_instance=self.core.hub.instance_id,
-            state=None if waiting else SessionState.WAITING_FOR_INPUT.value,
         )
         notifier = self.core.on_asked
         if notifier is not None and found.outbox is not None:
-            await notifier.asked(w, pending_id, session.task_id, session.id, found.outbox, found.outbox_rows)
+            await notifier.asked(
+                w, pending_id, session.task_id, session.id, found.outbox, found.read.outbox_rows
+            )
         hub = self.core.hub
         return Bundle(
             pending_id=pending_id,
@@ -269,7 +271,7 @@ class Asking:
         if reset:
             await tasks.set_session_state(w.conn, session.id, SessionState.WAITING_FOR_INPUT.value, bump=True)
         w.publish(session.task_id, session.id, EventKind.SESSION_STATE)
-        w.touched_and_bumped(session.id, task_id=session.task_id)
+        w.touch(session.id, task_id=session.task_id)
 
     # --- the wait -------------------------------------------------------------------------------
 
@@ -452,7 +454,7 @@ class Asking:
             if resumed:
                 # The claim already took the rows out of pending (and reconciled the summary); waiting
                 # -> running and a settled intent leave the pending action as it is.
-                w.touched_and_bumped(claim.session_id, task_id=claim.task_id, pending_action_kept=True)
+                w.touch(claim.session_id, task_id=claim.task_id, pending_action_kept=True)
             w.publish_messages(
                 claim.task_id, claim.session_id, EventKind.MESSAGE_UPDATED, [r.id for r in rows]
             )

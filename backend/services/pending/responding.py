@@ -39,7 +39,6 @@ from backend.domain.lifecycle import (
 from backend.domain.permissions import Decision
 from backend.domain.states import PendingActionKind
 from backend.repository import claims, tasks
-from backend.repository import clarifications as repo
 from backend.services.pending.core import Authorize, Core
 from backend.services.restorer import UNAVAILABLE_LATER, UNAVAILABLE_RETRY
 from backend.services.uow import Work, flush, uow
@@ -157,15 +156,10 @@ class Responding:
         if known is not None:
             session_id = known
         else:
-            found, locked = await repo.lock_session_of_bundle(w.conn, pending_id)
+            found = await w.lock_session_of_bundle(pending_id)
             if found is None:
                 raise NotFound(response.kind.value, pending_id)
             session_id = found
-            if locked:
-                w.locked_by_read(session_id)
-                w.summary_held(session_id)
-            else:
-                await w.lock([session_id])
         bundle = await self.core.load(w.conn, pending_id)
         if bundle is None or bundle.kind != response.kind:  # another kind's pending id is unknown here
             raise NotFound(response.kind.value, pending_id)
@@ -191,7 +185,7 @@ class Responding:
         pending = [r.id for r in bundle.pending_rows]
         if claim_id is not None and bundle.turn_id is not None:
             attempt.append((_claim_of(bundle, claim_id, pending, valid, response), not live))
-        rows, bumped = await claims.claim_bumping(
+        rows = await claims.claim(
             w.conn,
             session_id=bundle.session_id,
             pending_id=bundle.pending_id,
@@ -213,10 +207,7 @@ class Responding:
             w.publish_messages(
                 bundle.task_id, bundle.session_id, EventKind.MESSAGE_UPDATED, [r.id for r in rows]
             )
-        if bumped:  # the claim's own statement bumped the session's sequence
-            w.touched_and_bumped(bundle.session_id, task_id=bundle.task_id)
-        else:
-            w.touch(bundle.session_id, task_id=bundle.task_id)
+        w.touch(bundle.session_id, task_id=bundle.task_id)
         return _Claimed(response, bundle, decision, rows, claim_id, valid)
 
     async def _deliver(self, claimed: _Claimed) -> RespondOutcome:
