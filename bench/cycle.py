@@ -516,7 +516,7 @@ async def serving(
         args = ["backend.cli", "serve", *(["--workers", str(workers)] if workers > 1 else [])]
         # Another checkout runs on its own virtualenv where it has one (its own locked packages).
         own_python = Path(cwd or ".", ".venv", "bin", "python")
-        python = str(own_python) if cwd and own_python.is_file() else sys.executable
+        python = str(own_python) if cwd and os.access(own_python, os.X_OK) else sys.executable
         server = Process("turnwise", args, env, database_url=url, cwd=cwd, python=python)
     try:
         await server.start()

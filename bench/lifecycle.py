@@ -21,8 +21,7 @@ from backend.config import Settings
 from backend.db.engine import Database
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import Answer, Answered, Asked, validate_questions
-from backend.repository import claims, locks, tasks, turns
-from backend.repository import clarifications as repo
+from backend.repository import asks, bundles, claims, locks, tasks, turns
 from backend.services.container import Services
 from backend.services.context import Deps
 from backend.services.pending.core import trusted
@@ -83,13 +82,13 @@ async def _service_round(services: Services, session_ids: list[str]) -> tuple[li
 
 async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float], float]:
     specs = validate_questions([QUESTION], None)
-    bundles = []
+    asked: list[str] = []
     async with db.write() as conn:
         for sid in session_ids:
             turn_id = await turns.current_turn(conn, sid)
             assert turn_id is not None
             pid = new_id()
-            await repo.insert_bundle(
+            await asks.insert_bundle(
                 conn,
                 session_id=sid,
                 turn_id=turn_id,
@@ -100,16 +99,16 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
                 waiter_id=new_id(),
                 waiter_instance="bench",
             )
-            bundles.append(pid)
+            asked.append(pid)
     latencies: list[float] = []
 
     async def one(pending_id: str) -> None:
         start = time.perf_counter()
         async with db.write() as conn:  # the claim transaction
-            sid = await repo.session_of_bundle(conn, pending_id)
+            sid = await bundles.session_of_bundle(conn, pending_id)
             assert sid is not None
             await locks.lock_sessions(conn, [sid])
-            facts = (await repo.bundle_facts(conn, [pending_id]))[pending_id]
+            facts = (await bundles.bundle_facts(conn, [pending_id]))[pending_id]
             claim_id = new_id()
             claimed = await claims.claim(
                 conn,
@@ -128,7 +127,7 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
         latencies.append(time.perf_counter() - start)
 
     began = time.perf_counter()
-    await asyncio.gather(*(one(p) for p in bundles))
+    await asyncio.gather(*(one(p) for p in asked))
     wall = time.perf_counter() - began
     async with db.write() as conn:
         for sid in session_ids:

@@ -2,7 +2,7 @@
 everywhere (`domain.rule_scopes`, `db.tables.permission_rules`).
 
 The rules that may decide a request are read by the ask's own context statement
-(`repository.clarifications.ask_context_inserting` joins `candidates_on` with `CANDIDATE_COLUMNS`),
+(`repository.asks.ask_context_inserting` joins `candidates_on` with `CANDIDATE_COLUMNS`),
 so asking costs no statement more for them: the rules that reach the session, whose tool is the
 request's (or its MCP server's, or every tool's), that have not expired, and that are not an
 exact-input rule for another input. The pattern itself is matched in Python (`rule_patterns`).

@@ -20,7 +20,7 @@ from backend.domain.states import (
     ClarificationStatus,
     SessionState,
 )
-from backend.repository import clarifications, messages, reservations, tasks, turns
+from backend.repository import bundles, messages, reservations, tasks, turns
 from backend.services.bounded import bounded
 from backend.services.context import Deps
 from backend.services.session_turn import session_and_turn
@@ -93,7 +93,7 @@ class Operations:
                 raise InvalidState(f"session {session_id!r} is {session.state}; a terminal state is final")
             expired: list[str] = []
             if state in TERMINAL_SESSION_STATES:
-                expired = await clarifications.expire_current_turn_bundles(w.conn, session_id)
+                expired = await bundles.expire_current_turn_bundles(w.conn, session_id)
             await tasks.set_session_state(w.conn, session_id, state.value)
             w.touch(session_id)
             updated = await tasks.get_session(w.conn, session_id)
@@ -164,7 +164,7 @@ class Operations:
                     )
             # Turn teardown detaches the turn's live questions while it is still current (a no-op
             # when a newer turn already owns the session, or when they are already detached).
-            detached = await clarifications.detach(conn, turn.session_id, turn_id=turn.id)
+            detached = await bundles.detach(conn, turn.session_id, turn_id=turn.id)
             turn = await turns.complete_turn(conn, await turns.get_turn(conn, turn_id))
             session = await tasks.get_session(conn, turn.session_id)
             w.touch(turn.session_id)

@@ -33,10 +33,9 @@ from backend.domain.permissions import (
 from backend.domain.rule_patterns import RulePattern
 from backend.domain.rule_scopes import RuleBehavior, RuleRecord, Scope
 from backend.domain.states import ClarificationStatus, PendingActionKind
-from backend.repository import clarifications as repo
+from backend.repository import asks, tasks
 from backend.repository import permission_rules as rules
-from backend.repository import tasks
-from backend.repository.clarifications import AskContext
+from backend.repository.asks import AskContext
 from backend.services.pending.actions import PendingActions
 from backend.services.pending.asking import Ask
 from backend.services.pending.core import Authorize
@@ -123,7 +122,7 @@ class Permissions:
             decision = Decision(ALLOW, updated_input=spec.input, auto=True, rule=ref)
         else:
             decision = Decision(DENY, message=denied_message(rule), auto=True, rule=ref)
-        record = await repo.insert_decided(
+        record = await asks.insert_decided(
             w.conn,
             session_id=session.id,
             turn_id=turn_id,

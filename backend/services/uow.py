@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.domain.errors import BrokenInvariant
 from backend.domain.events import EventKind
 from backend.domain.records import SummaryRecord
-from backend.repository import bumped, clarifications, locks, summaries, tasks
+from backend.repository import bumped, bundles, locks, summaries, tasks
 from backend.services.context import Deps
 from backend.services.events_out import publish_batch, session_change
 from backend.services.summaries import (
@@ -93,7 +93,7 @@ class Work:
         """The session of this bundle, locked (on PostgreSQL by the statement that finds it, which
         also holds its task's summary row, so no further session lock may follow); None when no such
         bundle exists."""
-        found, locked = await clarifications.lock_session_of_bundle(self.conn, pending_id)
+        found, locked = await bundles.lock_session_of_bundle(self.conn, pending_id)
         if found is None:
             return None
         if locked:

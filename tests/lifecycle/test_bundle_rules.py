@@ -13,8 +13,7 @@ from backend.db.engine import Database
 from backend.db.tables import task_session_turns
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import BundleState, ConflictReason
-from backend.repository import claims, locks, pending, turns
-from backend.repository import clarifications as repo
+from backend.repository import bundles, claims, locks, pending, turns
 from backend.services.container import Services
 from backend.services.events_out import publish_session_change
 from backend.services.pending.actions import TaskAdvanced
@@ -59,7 +58,7 @@ def turn(tid: str, at: str = T0) -> dict[str, Any]:
 
 async def rows_with_turns(db: Database, pending_id: str) -> list[dict[str, Any]]:
     async with db.read() as conn:
-        found = await repo.bundle_facts(conn, [pending_id])
+        found = await bundles.bundle_facts(conn, [pending_id])
     return [{"turn_id": r.turn_id, "status": r.status} for r in found[pending_id][0]]
 
 

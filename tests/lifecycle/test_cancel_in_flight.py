@@ -21,7 +21,7 @@ from backend import faults
 from backend.db.engine import Database
 from backend.domain import lifecycle as lc
 from backend.domain.lifecycle import INTENT_KEY, BundleState, ConflictReason
-from backend.repository import clarifications as repo
+from backend.repository import bundles
 from backend.services.pending.core import trusted
 from backend.services.resume import ResumeOutcome
 from tests.lifecycle.support import Kind, ScriptedResumer, new_session, recording, rows, running
@@ -112,7 +112,7 @@ async def test_a_respond_in_flight_while_a_cancel_commits_returns_the_cancelled_
         # The cancel stops after its write, inside its unit of work: the session lock stays held.
         written = asyncio.Event()
         go_on = asyncio.Event()
-        close_pending = repo.close_pending
+        close_pending = bundles.close_pending
 
         async def held_close(*args: Any, **kwargs: Any) -> list[str]:
             changed = await close_pending(*args, **kwargs)
@@ -120,7 +120,7 @@ async def test_a_respond_in_flight_while_a_cancel_commits_returns_the_cancelled_
             await go_on.wait()
             return changed
 
-        monkeypatch.setattr(repo, "close_pending", held_close)
+        monkeypatch.setattr(bundles, "close_pending", held_close)
         async with recording(svc) as log:
             cancelling = asyncio.create_task(svc.pending.cancel(agent.pending_id, authorize=trusted))
             await asyncio.wait_for(written.wait(), 5)

@@ -17,7 +17,7 @@ from backend.db.tables import open_pending_rows as OPEN
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_session_turns, task_sessions, tasks
 from backend.domain.states import MESSAGE_KIND_CLARIFICATION, MESSAGE_KIND_MESSAGE, MESSAGE_KIND_PERMISSION
-from backend.repository import claims, clarifications, message_fields, pending
+from backend.repository import bundles, claims, message_fields, pending
 from backend.repository.authority import has_pending_kind, is_pending_row
 
 
@@ -217,8 +217,8 @@ async def test_every_session_finds_its_own_active_rows_whatever_the_others_hold(
             ],
         )
     async with db.read() as conn:
-        assert await clarifications.sessions_with_active_bundles(conn, "task") == ["s1", "s2"]
-        found = await clarifications.active_pending_ids_for_sessions(conn, ["s1", "s2", "s3"])
+        assert await bundles.sessions_with_active_bundles(conn, "task") == ["s1", "s2"]
+        found = await bundles.active_pending_ids_for_sessions(conn, ["s1", "s2", "s3"])
         assert found == {"s1": ["p1"], "s2": ["p2"]}
         assert await pending.active_pending_ids(conn, "s3") == []
         assert await pending.active_pending_ids(conn, "s2") == ["p2"]

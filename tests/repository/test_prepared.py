@@ -23,7 +23,7 @@ from backend.db.tables import task_status_summaries as Summaries
 from backend.domain.errors import BrokenInvariant
 from backend.domain.ids import new_id
 from backend.domain.lifecycle import validate_questions
-from backend.repository import clarifications, locks, message_fields, pending, summaries, tasks, turns
+from backend.repository import asks, bundles, locks, message_fields, pending, summaries, tasks, turns
 from tests.conftest import wipe
 
 
@@ -51,7 +51,7 @@ async def seed_session(conn: AsyncConnection) -> tuple[str, str, str]:
         ],
         None,
     )
-    await clarifications.insert_bundle(
+    await asks.insert_bundle(
         conn,
         session_id=session.id,
         turn_id=turn.id,
@@ -74,9 +74,9 @@ def _plain(rows: Sequence[Any]) -> list[dict[str, Any]]:
 # SQLAlchemy's own execution returns for the same statement.
 def _cases(session_id: str, task_id: str, pending_id: str) -> list[tuple[Prepared, dict[str, Any]]]:
     return [
-        (clarifications._ASK_CONTEXT, {"b_session": session_id, "b_signature": "nothing"}),
-        (clarifications._SESSION_OF_BUNDLE_P, {"b_pending_id": pending_id}),
-        (clarifications._BUNDLE_FACTS_ONE, {"b_pending_id": pending_id}),
+        (asks._ASK_CONTEXT, {"b_session": session_id, "b_signature": "nothing"}),
+        (bundles._SESSION_OF_BUNDLE_P, {"b_pending_id": pending_id}),
+        (bundles._BUNDLE_FACTS_ONE, {"b_pending_id": pending_id}),
         (pending._BY_TASK_ID_P, {"b_task_id": task_id}),
         (summaries._LOCK_ONE, {"b_task": task_id}),
     ]
@@ -95,12 +95,12 @@ async def test_reads_return_what_sqlalchemy_returns(either: Database) -> None:
         assert _plain(fast) == _plain(slow)
         assert [tuple(r) for r in fast] == [tuple(r) for r in slow]
     async with db.read() as conn:
-        row = await clarifications._ASK_CONTEXT.first(conn, {"b_session": session_id, "b_signature": "x"})
+        row = await asks._ASK_CONTEXT.first(conn, {"b_session": session_id, "b_signature": "x"})
     assert row is not None
     assert isinstance(row.created_at, dt.datetime)
     assert row.created_at.tzinfo is not None
     async with db.read() as conn:
-        facts = await clarifications._BUNDLE_FACTS_ONE.rows(conn, {"b_pending_id": pending_id})
+        facts = await bundles._BUNDLE_FACTS_ONE.rows(conn, {"b_pending_id": pending_id})
     assert isinstance(facts[0].metadata, dict)
     assert facts[0].pending_id == pending_id
 
@@ -222,7 +222,7 @@ async def test_a_driver_error_is_sqlalchemys_error_and_the_transaction_rolls_bac
     async def write_a_duplicate() -> None:
         async with db.write() as conn:
             await tasks.set_session_state(conn, session_id, "FAILED")
-            await clarifications._INSERT_ROW.many(conn, [duplicate])
+            await asks._INSERT_ROW.many(conn, [duplicate])
 
     with pytest.raises(IntegrityError):
         await write_a_duplicate()
@@ -314,7 +314,7 @@ async def test_every_way_of_locking_a_session_takes_the_same_lock(pg_url: str) -
             await locks.lock_sessions(conn, [session_id, "another-session"])
 
         async def lock_through_the_bundle(conn: AsyncConnection) -> None:
-            found, locked = await clarifications.lock_session_of_bundle(conn, pending_id)
+            found, locked = await bundles.lock_session_of_bundle(conn, pending_id)
             assert (found, locked) == (session_id, True)
 
         async def lock_holding_the_summary(conn: AsyncConnection) -> None:
@@ -544,9 +544,9 @@ async def test_begin_with_sends_nothing_on_sqlite(sqlite_url: str) -> None:
 # --- the ask's context and insert in one statement (PostgreSQL) ----------------------------------
 
 
-async def _ask(conn: AsyncConnection, session_id: str, signature: str) -> clarifications.AskContext:
+async def _ask(conn: AsyncConnection, session_id: str, signature: str) -> asks.AskContext:
     questions = validate_questions([{"prompt": "c?", "options": [{"label": "x"}, {"label": "y"}]}], None)
-    return await clarifications.ask_context_inserting(
+    return await asks.ask_context_inserting(
         conn,
         session_id=session_id,
         pending_id=new_id(),

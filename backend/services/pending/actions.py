@@ -34,8 +34,7 @@ from backend.domain.lifecycle import (
 from backend.domain.names import plain_name
 from backend.domain.records import TaskRecord
 from backend.domain.states import ClarificationStatus, PendingActionKind
-from backend.repository import clarifications as repo
-from backend.repository import tasks
+from backend.repository import bundles, tasks
 from backend.services.context import Deps
 from backend.services.pending.asking import Ask, Asking, final_outcome
 from backend.services.pending.core import AskNotifier, Authorize, Core
@@ -226,7 +225,7 @@ class PendingActions:
         as an MCP task's is between its client's polls); False for anything else (nothing written)."""
         async with uow(self.deps) as w:
             conn = w.conn
-            session_id = await repo.session_of_bundle(conn, pending_id)
+            session_id = await bundles.session_of_bundle(conn, pending_id)
             if session_id is None:
                 return False
             await w.lock([session_id])
@@ -241,7 +240,7 @@ class PendingActions:
             )
             if bundle.state not in open_states:
                 return False
-            changed = await repo.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
+            changed = await bundles.close_pending(conn, session_id, pending_id, ClarificationStatus.CANCELLED)
             if changed:
                 w.after_commit(
                     lambda: metrics.observe_decision(bundle.kind.value, "CANCELLED", bundle.asked_at)
@@ -273,7 +272,7 @@ class PendingActions:
             await w.lock([s.id for s in sessions])
             try:
                 faults.check("workflow_guard_read")
-                blocking = await repo.sessions_with_active_bundles(conn, task_id)
+                blocking = await bundles.sessions_with_active_bundles(conn, task_id)
             except (*STORAGE_ERRORS, CorruptData):  # not a programming error: those propagate
                 # Fail closed: an unreadable pending state never lets the workflow move on.
                 log.exception(

@@ -35,9 +35,8 @@ from backend.domain.lifecycle import (
 )
 from backend.domain.records import SessionRecord
 from backend.domain.states import ClarificationStatus, PendingActionKind, SessionState
-from backend.repository import claims, tasks
-from backend.repository import clarifications as repo
-from backend.repository.clarifications import AskContext
+from backend.repository import asks, bundles, claims, tasks
+from backend.repository.asks import AskContext
 from backend.repository.reach import AskOutbox
 from backend.services.pending.core import Core, trusted
 from backend.services.session_turn import turn_for_new_rows
@@ -76,7 +75,7 @@ class Ask:
 class _Context:
     """What an ask read (and maybe wrote) under the session's lock, before deciding what to write."""
 
-    read: repo.AskContext
+    read: asks.AskContext
     # The open bundle with the same signature, which the ask re-attaches to instead of a new one.
     reused: str | None
     outbox: AskOutbox | None = None
@@ -167,7 +166,7 @@ class Asking:
             bundle: Bundle | None = None
             if found.reused is not None:
                 pending_id = found.reused
-                changed = await repo.attach_waiter(
+                changed = await bundles.attach_waiter(
                     w.conn,
                     session_id=session_id,
                     pending_id=pending_id,
@@ -201,8 +200,8 @@ class Asking:
         (nothing more to write); None when the bundle to wait on again is no longer open."""
         if ask.attach_to is not None:
             # Waiting again: never a new row, nor a rule's decision; only the open bundle itself.
-            session, turn_id, reused = await repo.ask_context(w.conn, waiter.session_id, ask.signature)
-            read = repo.AskContext(session, turn_id, reused)
+            session, turn_id, reused = await asks.ask_context(w.conn, waiter.session_id, ask.signature)
+            read = asks.AskContext(session, turn_id, reused)
             return _Context(read, reused) if reused == ask.attach_to else None
         # A new pending action tells people: when (its outbox rows may be written by the statement
         # that reads the context, and are written by the notifier otherwise).
@@ -211,7 +210,7 @@ class Asking:
         # The common case (a live session with a turn, no identical bundle, no rule that may decide
         # it) may be written by the statement that reads the context; any other case is decided by
         # the caller.
-        found = await repo.ask_context_inserting(
+        found = await asks.ask_context_inserting(
             w.conn,
             session_id=waiter.session_id,
             pending_id=pending_id,
@@ -235,7 +234,7 @@ class Asking:
         """A new bundle (unless the context's statement wrote it) and its notifications; returned as
         the re-read would find it: this process's live waiter's."""
         session = found.session
-        records = await repo.ensure_bundle(
+        records = await asks.ensure_bundle(
             w.conn,
             found.read,
             turn_id=turn_id,
@@ -354,7 +353,7 @@ class Asking:
         """Detach this waiter's rows of its bundle; whether any were still attached to it."""
         pending_id = present(waiter.pending_id, "waiter's bundle")
         async with uow(self.core.deps, [waiter.session_id]) as w:
-            changed = await repo.detach(
+            changed = await bundles.detach(
                 w.conn, waiter.session_id, pending_id=pending_id, waiter_id=waiter.waiter_id
             )
             if not changed:
@@ -372,7 +371,7 @@ class Asking:
 
         async def run() -> int:
             async with uow(self.core.deps, [session_id]) as w:
-                changed = await repo.detach(w.conn, session_id)
+                changed = await bundles.detach(w.conn, session_id)
                 session = await tasks.get_session(w.conn, session_id)
                 w.publish_messages(
                     session.task_id, session_id, EventKind.MESSAGE_UPDATED, [m for m, _ in changed]

@@ -22,7 +22,7 @@ from backend.domain.errors import present
 from backend.domain.events import EventKind
 from backend.domain.lifecycle import Bundle, BundleRow, Claim
 from backend.domain.states import MESSAGE_TYPES, PendingActionKind
-from backend.repository import clarifications as repo
+from backend.repository import bundles
 from backend.repository.reach import AskOutbox
 from backend.services.bounded import bounded
 from backend.services.context import Deps
@@ -124,7 +124,7 @@ class Core:
             )
 
     async def load(self, conn: AsyncConnection, pending_id: str) -> Bundle | None:
-        facts = (await repo.bundle_facts(conn, [pending_id])).get(pending_id)
+        facts = (await bundles.bundle_facts(conn, [pending_id])).get(pending_id)
         if facts is None:
             return None
         return await self._bundle(conn, pending_id, *facts)
@@ -159,9 +159,9 @@ class Core:
     ) -> dict[str, Bundle]:
         """session_id -> its newest active bundle of this kind; two statements for the whole batch."""
         async with self.deps.db.read() as conn:
-            by_session = await repo.active_pending_ids_for_sessions(conn, session_ids, MESSAGE_TYPES[kind])
+            by_session = await bundles.active_pending_ids_for_sessions(conn, session_ids, MESSAGE_TYPES[kind])
             wanted = [ids[0] for ids in by_session.values()]
-            facts = await repo.bundle_facts(conn, wanted)
+            facts = await bundles.bundle_facts(conn, wanted)
             out: dict[str, Bundle] = {}
             for session_id, ids in by_session.items():
                 if ids[0] in facts:

@@ -2,7 +2,7 @@
 
 Whom to tell is decided from the committed ask: `asked` writes one outbox row per destination of
 every user who can see the task, in the ask's own unit of work (one statement; on PostgreSQL a
-one-question ask's own statement writes them, `repository.clarifications.ask_context_inserting`),
+one-question ask's own statement writes them, `repository.asks.ask_context_inserting`),
 so an ask never waits for a notification and a notification never exists for an ask that rolled
 back. An ask that wrote rows (somebody has a destination) then wakes the workers for their due time:
 this process's at once, every other process's through the bus (`WAKE_CHANNEL`); an ask that wrote

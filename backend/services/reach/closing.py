@@ -8,7 +8,7 @@ from typing import Any
 
 from backend.db.engine import utcnow
 from backend.domain.lifecycle import Bundle, BundleState
-from backend.repository import clarifications as bundles
+from backend.repository import bundles
 from backend.repository import reach as repo
 from backend.services.reach.asking import Asking
 

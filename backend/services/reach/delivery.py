@@ -16,9 +16,8 @@ from backend.domain import reminders as later
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import Bundle, BundleState
 from backend.outbound import channels, webpush
-from backend.repository import clarifications as bundles
+from backend.repository import bundles, reminders, tasks
 from backend.repository import reach as repo
-from backend.repository import reminders, tasks
 from backend.repository.reach import OutboxRow
 from backend.repository.reminders import ESCALATE, REMIND
 from backend.services.reach.closing import SETTLED, bundles_of

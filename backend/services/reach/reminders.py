@@ -30,8 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from backend.domain.errors import InvalidInput
 from backend.domain.lifecycle import BundleState
 from backend.domain.reminders import Preferences, validate
-from backend.repository import clarifications as bundles
-from backend.repository import locks
+from backend.repository import bundles, locks
 from backend.repository import reach as repo
 from backend.repository import reminders as plans
 from backend.repository.reach import OutboxRow
