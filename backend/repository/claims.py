@@ -15,14 +15,14 @@ from sqlalchemy import ColumnElement, bindparam, case, exists, false, func, not_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared, run_alone
+from backend.db.prepared import Prepared
 from backend.db.sqlfuncs import json_patch, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import Answer, BundleRow
 from backend.domain.permissions import Decision
 from backend.domain.states import ClarificationStatus, SessionState
-from backend.repository import bumped, locks, tasks
+from backend.repository import bumped, tasks
 from backend.repository.pending_rows import (
     ACTIVE_ROWS,
     B_SESSION,
@@ -284,38 +284,6 @@ def _resume_when_unblocked(bump: Any) -> Any:
 
 
 _SETTLE_AND_RESUME = Prepared(_with_bump(_SETTLE_ONE.statement, also=_resume_when_unblocked))
-
-
-def _with_bump_counted(write: Any, *, also: Any) -> Any:
-    """`_with_bump`, returning one row per row `write` returned and one more when the bump happened:
-    what `run_alone` can report (the number of rows of the message's last statement)."""
-    done = write.cte("done")
-    bump = (
-        also(
-            update(S)
-            .where(S.c.id == B_SESSION, exists(select(done.c[0])))
-            .values(pending_seq=S.c.pending_seq + 1)
-        )
-        .returning(S.c.id)
-        .cte("bumped")
-    )
-    return select(done.c.id).union_all(select(bump.c.id))
-
-
-_SETTLE_AND_RESUME_COUNTED = Prepared(_with_bump_counted(_SETTLE_ONE.statement, also=_resume_when_unblocked))
-
-
-async def confirm_alone(
-    conn: AsyncConnection, session_id: str, message_id: str, claim_id: str
-) -> tuple[bool, bool] | None:
-    """PostgreSQL: the confirmation of a one-row claim as a transaction of its own, in one round trip
-    (`prepared.run_alone`): the session's lock, then `settle_claim_and_resume`. (settled, resumed);
-    None where it cannot be sent so (the caller then confirms in a unit of work)."""
-    params = {"b_id": message_id, "b_claim": claim_id, "b_session": session_id, "b_now": utcnow()}
-    rows = await run_alone(conn, locks.lock_one(session_id), (_SETTLE_AND_RESUME_COUNTED, params))
-    if rows is None:
-        return None
-    return rows >= 1, rows >= 2
 
 
 async def settle_claim_and_resume(

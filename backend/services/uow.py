@@ -19,10 +19,9 @@ owns the lock, the bump, the commit and the fan-out.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -39,8 +38,6 @@ from backend.services.summaries import (
     publish_summaries,
     summary_event,
 )
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,22 +191,6 @@ async def uow(
                 work.projected = True  # no pending action moved: every summary is as current as before
     if not hold:
         await flush(deps, work)
-
-
-async def one_message(
-    deps: Deps, send: Callable[[AsyncConnection], Awaitable[T | None]]
-) -> tuple[T, Work] | None:
-    """A unit of work sent as one message of its own (its lock and writes in one round trip) where the
-    database takes one (`Database.sends_messages`): `send` writes through the connection and returns
-    what it found, or None when it could not be sent so. None tells the caller to run the same
-    writes in `uow`. The returned Work is committed; its events are queued for `flush`."""
-    if not deps.db.sends_messages:
-        return None
-    async with deps.db.alone() as conn:
-        found = await send(conn)
-    if found is None:
-        return None
-    return found, Work(conn)
 
 
 async def flush(deps: Deps, work: Work, *, strict: bool = False) -> None:

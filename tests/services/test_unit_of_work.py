@@ -235,8 +235,8 @@ async def test_ask_and_respond_cost_the_same_statements_and_transactions_as_data
             # context with the insert and its notification outbox rows (none here: nobody has a
             # destination; tests/reach/test_ask_outbox.py has some), and the summary; the claim is
             # BEGIN with the lock and the held summary row, the bundle, the claim and the summary;
-            # the confirmation is one message, lock and write, its own transaction.
-            assert (first[1], first[3]) == (3, 5)
+            # the confirmation is BEGIN with the lock, then the settling write.
+            assert (first[1], first[3]) == (3, 6)
 
 
 async def test_only_events_that_can_end_a_hold_wake_its_waiter(db: Database) -> None:

@@ -40,7 +40,7 @@ from backend.repository.asks import AskContext
 from backend.repository.reach import AskOutbox
 from backend.services.pending.core import Core, trusted
 from backend.services.session_turn import turn_for_new_rows
-from backend.services.uow import Work, flush, one_message, uow
+from backend.services.uow import Work, flush, uow
 from backend.services.waiters import Notice, NoticeKind, Waiter
 
 log = logging.getLogger("turnwise.pending")
@@ -430,22 +430,6 @@ class Asking:
         """The confirmation's unit of work; its events wait until the responder was told. Whether
         it settled the claim (False: a restore won the race)."""
         deps = self.core.deps
-        if len(claim.message_ids) == 1:
-            # The lock and the settling write as one transaction of their own, in one round trip.
-            message_id = claim.message_ids[0]
-            done = await one_message(
-                deps, lambda conn: claims.confirm_alone(conn, claim.session_id, message_id, claim.claim_id)
-            )
-            if done is not None:
-                (settled, resumed), work = done
-                if settled:
-                    work.publish_messages(
-                        claim.task_id, claim.session_id, EventKind.MESSAGE_UPDATED, claim.message_ids
-                    )
-                # Resuming (waiting -> running, the claim having taken the rows out of pending) keeps
-                # the task's pending action: its summary is as current as before.
-                work.projected = resumed
-                return settled, work
         async with uow(deps, [claim.session_id], hold=True) as w:
             rows, resumed = await claims.settle_claim_and_resume(
                 w.conn, claim.session_id, claim.message_ids, claim.claim_id
