@@ -1,6 +1,6 @@
 """Every private or undocumented name of SQLAlchemy, its asyncio adapters and aiosqlite that the
-database fast path (`backend/db/prepared.py`, the SQLite BEGIN hook) still relies on: here, and
-nowhere else.
+database fast path (`backend/db/fast_path.py`, `prepared.py`, `server_prepared.py`, the SQLite BEGIN
+hook) still relies on: here, and nowhere else.
 
 Checked against (`CHECKED`): SQLAlchemy 2.1.9, asyncpg 0.32.0, aiosqlite 0.22.1. The canary
 (`tests/repository/test_driver_adapter.py`) checks that each name of `RELIED_ON` still exists with

@@ -22,8 +22,11 @@ from sqlalchemy.pool import NullPool
 from backend import jsoncodec
 from backend.config import db_fast_path, db_pooler
 from backend.db import driver_adapter as adapter
-from backend.db import health, prepared
+from backend.db import health
+from backend.db.fast_path import WRITE, begin_sqlite
+from backend.db.fast_path import engine_options as fast_path_options
 from backend.db.health import Health
+from backend.db.server_prepared import install_repair
 from backend.faults import InjectedFault
 
 # How a failing database (or a fault point standing in for one) reaches the code above it: callers that
@@ -87,7 +90,7 @@ class Database:
         pooler: str | None = None,
     ) -> None:
         self.url = url
-        # The fast path (`prepared`) and the pooler mode; None: from TURNWISE_DB_FAST_PATH (on
+        # The fast path (`backend/db/fast_path.py`) and the pooler mode; None: from TURNWISE_DB_FAST_PATH (on
         # unless "0", "false", "no") and TURNWISE_DB_POOLER (unset, or "pgbouncer").
         self.fast_path = (
             db_fast_path(os.environ.get("TURNWISE_DB_FAST_PATH")) if fast_path is None else fast_path
@@ -102,8 +105,8 @@ class Database:
             "echo": echo,
             "json_serializer": jsoncodec.dumps,
             "json_deserializer": jsoncodec.loads,
-            # Read by `prepared` on every connection of this engine (a connection may override them).
-            "execution_options": prepared.engine_options(fast_path=self.fast_path, pooler=self.pooler),
+            # Read by the fast path on every connection of this engine (a connection may override them).
+            "execution_options": fast_path_options(fast_path=self.fast_path, pooler=self.pooler),
         }
         if self.dialect == "sqlite":
             if self.pooler is not None:
@@ -114,7 +117,7 @@ class Database:
             kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
             kwargs = {k: v for k, v in kwargs.items() if v is not None}
             # check_same_thread: statements of a write unit that holds the writer lock run on the
-            # event loop's thread (see `prepared._inline_sqlite`), the rest on aiosqlite's thread.
+            # event loop's thread (see `fast_path._inline_sqlite`), the rest on aiosqlite's thread.
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         else:
             kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
@@ -172,7 +175,7 @@ class Database:
                 self._install_pooler_check()
             self._install_idle_ping()
             # A connection whose prepared statements vanished (SQLSTATE 26000) is replaced.
-            prepared.install_repair(sync_engine)
+            install_repair(sync_engine)
             return
 
         @event.listens_for(sync_engine, "connect")
@@ -204,12 +207,12 @@ class Database:
 
         @event.listens_for(sync_engine, "begin")
         def _begin(conn: Any) -> None:
-            immediate = conn.get_execution_options().get(prepared.WRITE, False)
+            immediate = conn.get_execution_options().get(WRITE, False)
             sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"
             # With the fast path straight on the driver, else through `exec_driver_sql`; either way
             # a statement to `before/after_cursor_execute` (so counted by `_count`) and the log.
             self.begins += 1
-            prepared.begin_sqlite(conn, sql)
+            begin_sqlite(conn, sql)
 
     def _install_pooler_check(self) -> None:
         """Refuse a connection that goes through a pooler while the pooler mode is off.

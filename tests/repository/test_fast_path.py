@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.config import Settings
 from backend.db.engine import Database, utcnow
-from backend.db.prepared import FastPathContext, Prepared, begin_with, run_alone
+from backend.db.fast_path import FastPathContext, Prepared
+from backend.db.prepared import begin_with, run_alone
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import Answered
 from backend.repository import locks

@@ -16,7 +16,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import Database, utcnow
-from backend.db.prepared import Prepared, begin_with, run_alone
+from backend.db.fast_path import Prepared
+from backend.db.prepared import begin_with, run_alone
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.db.tables import task_status_summaries as Summaries
