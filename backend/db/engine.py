@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -73,6 +73,53 @@ def pooler_not_set_message(url: str) -> str:
     )
 
 
+def _sqlite_engine_options(kwargs: dict[str, Any], parsed: URL, pooler: str | None) -> dict[str, Any]:
+    """`create_async_engine`'s arguments for a SQLite file (made with its folder) or memory database."""
+    if pooler is not None:
+        raise ValueError(f"TURNWISE_DB_POOLER={pooler} needs PostgreSQL, not SQLite")
+    database = parsed.database or ""
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    # check_same_thread: statements of a write unit that holds the writer lock run on the
+    # event loop's thread (see `fast_path._inline_sqlite`), the rest on aiosqlite's thread.
+    kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+    return kwargs
+
+
+def _postgres_engine_options(
+    kwargs: dict[str, Any],
+    *,
+    pool_size: int,
+    connect_timeout: float | None,
+    statement_timeout: float | None,
+    pooler: str | None,
+) -> dict[str, Any]:
+    """`create_async_engine`'s arguments for PostgreSQL: the pool, bounded waits, the pooler mode."""
+    kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
+    # Bounded waits while the server is gone (see `health`): a connect, each statement (a
+    # frozen server answers nothing), and a turn for a pooled connection.
+    connect_args = kwargs.setdefault("connect_args", {})
+    if connect_timeout is not None:
+        connect_args["timeout"] = connect_timeout
+        kwargs["pool_timeout"] = connect_timeout
+    if statement_timeout is not None:
+        connect_args["command_timeout"] = statement_timeout
+    if pooler == "pgbouncer":
+        # PgBouncer in transaction pooling: consecutive transactions may run on different
+        # server connections, so nothing prepared under a name may outlive a transaction.
+        # asyncpg's statement cache off (its `fetch` then uses the unnamed statement), and
+        # SQLAlchemy's adapter's cache off with the name function its asyncpg dialect documents
+        # for PgBouncer, giving the unnamed statement too (prepared and used in one
+        # transaction, nothing left behind on any server); `prepared.begin_with` and
+        # `run_alone` prepare nothing (they answer "cannot").
+        connect_args["statement_cache_size"] = 0
+        connect_args["prepared_statement_cache_size"] = 0
+        connect_args["prepared_statement_name_func"] = unnamed_statement
+    return kwargs
+
+
 class Database:
     """Owns the engine. `write()` takes SQLite's writer lock up front (BEGIN IMMEDIATE); on PostgreSQL
     writers serialize per session through advisory locks taken by the repository."""
@@ -109,37 +156,15 @@ class Database:
             "execution_options": fast_path_options(fast_path=self.fast_path, pooler=self.pooler),
         }
         if self.dialect == "sqlite":
-            if self.pooler is not None:
-                raise ValueError(f"TURNWISE_DB_POOLER={self.pooler} needs PostgreSQL, not SQLite")
-            database = parsed.database or ""
-            if database and database != ":memory:":
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
-            kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
-            kwargs = {k: v for k, v in kwargs.items() if v is not None}
-            # check_same_thread: statements of a write unit that holds the writer lock run on the
-            # event loop's thread (see `fast_path._inline_sqlite`), the rest on aiosqlite's thread.
-            kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+            kwargs = _sqlite_engine_options(kwargs, parsed, self.pooler)
         else:
-            kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
-            # Bounded waits while the server is gone (see `health`): a connect, each statement (a
-            # frozen server answers nothing), and a turn for a pooled connection.
-            connect_args = kwargs.setdefault("connect_args", {})
-            if connect_timeout is not None:
-                connect_args["timeout"] = connect_timeout
-                kwargs["pool_timeout"] = connect_timeout
-            if statement_timeout is not None:
-                connect_args["command_timeout"] = statement_timeout
-            if self.pooler == "pgbouncer":
-                # PgBouncer in transaction pooling: consecutive transactions may run on different
-                # server connections, so nothing prepared under a name may outlive a transaction.
-                # asyncpg's statement cache off (its `fetch` then uses the unnamed statement), and
-                # SQLAlchemy's adapter's cache off with the name function its asyncpg dialect documents
-                # for PgBouncer, giving the unnamed statement too (prepared and used in one
-                # transaction, nothing left behind on any server); `prepared.begin_with` and
-                # `run_alone` prepare nothing (they answer "cannot").
-                connect_args["statement_cache_size"] = 0
-                connect_args["prepared_statement_cache_size"] = 0
-                connect_args["prepared_statement_name_func"] = unnamed_statement
+            kwargs = _postgres_engine_options(
+                kwargs,
+                pool_size=pool_size,
+                connect_timeout=connect_timeout,
+                statement_timeout=statement_timeout,
+                pooler=self.pooler,
+            )
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0
