@@ -38,7 +38,7 @@ from graphql import ExecutionResult, execute_subscription_event
 
 from backend import jsoncodec, metrics
 from backend.api import strawberry_adapter, ws_operations
-from backend.services.live import Direct
+from backend.services.mailbox import Direct
 
 T = TypeVar("T")
 
