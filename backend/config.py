@@ -130,7 +130,7 @@ class Settings(BaseSettings):
     # burst, closed again after use): a connection opened per transaction costs more than the
     # transaction. Each worker has its own pool; PostgreSQL's max_connections must cover them all.
     db_pool_size: int = 20
-    # The database fast path (backend/db/prepared.py): TURNWISE_DB_FAST_PATH=0 runs every statement
+    # The database fast path (backend/db/fast_path.py): TURNWISE_DB_FAST_PATH=0 runs every statement
     # through plain SQLAlchemy instead.
     db_fast_path: bool = True
     # TURNWISE_DB_POOLER=pgbouncer: PostgreSQL through PgBouncer in transaction pooling (no named

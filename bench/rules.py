@@ -19,7 +19,8 @@ import random
 import time
 from typing import Any
 
-from backend.domain.rule_patterns import Behavior, RulePattern, RuleSet, parse_pattern
+from backend.domain.rule_patterns import Behavior, RulePattern, RuleSet
+from backend.domain.rule_syntax import parse_pattern
 from bench.common import pct, write_result
 
 RULES = 1_000

@@ -37,8 +37,8 @@ from typing import Any, TypeVar
 from graphql import ExecutionResult, execute_subscription_event
 
 from backend import jsoncodec, metrics
-from backend.api import strawberry_adapter
-from backend.services.live import Direct
+from backend.api import strawberry_adapter, ws_operations
+from backend.services.mailbox import Direct
 
 T = TypeVar("T")
 
@@ -142,9 +142,9 @@ def next_message(message: object) -> str | None:
 
 def direct_sender(event_of: Callable[[Any], Any]) -> Direct | None:
     """A sender for the subscription that the current task runs (None where its results cannot be sent
-    directly: see `strawberry_adapter.running_operation`). `event_of` makes the subscription's event of
+    directly: see `ws_operations.running_operation`). `event_of` makes the subscription's event of
     a value offered to it, as its generator would yield it."""
-    running = strawberry_adapter.running_operation()
+    running = ws_operations.running_operation()
     if running is None:
         return None
 
@@ -164,7 +164,7 @@ def direct_sender(event_of: Callable[[Any], Any]) -> Direct | None:
     return send
 
 
-async def _send_when_executed(running: strawberry_adapter.RunningOperation, pending: Awaitable[Any]) -> bool:
+async def _send_when_executed(running: ws_operations.RunningOperation, pending: Awaitable[Any]) -> bool:
     result = await pending
     if result.errors:
         return False  # the usual way then executes it again, and masks and logs its errors

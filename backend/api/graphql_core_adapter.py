@@ -70,7 +70,7 @@ from graphql import (
 from graphql.execution.collect_fields import FieldDetailsList, GroupedFieldSet
 from graphql.pyutils import Path, Undefined, gather_with_cancel
 
-from backend.api import strawberry_adapter
+from backend.api import strawberry_adapter, ws_operations
 from backend.api.fanout import SHARED
 from backend.api.strawberry_adapter import Reliance
 from backend.config import env_switch
@@ -285,7 +285,7 @@ class PlainFieldExecutor(strawberry_adapter.ExecutionContext):
         self._shared_key_value: tuple[int, str] | None = None
 
     def build_per_event_executor(self, payload: Any) -> Executor[Any]:
-        running = strawberry_adapter.RUNNING.get()
+        running = ws_operations.RUNNING.get()
         if running is not None and running.executor is None:
             # The subscription's executor, for results sent directly (`backend/api/fanout.py`).
             running.executor = self

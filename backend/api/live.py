@@ -26,7 +26,8 @@ from backend.api.types import Message, MessageEventKind, SessionProjection, Task
 from backend.domain.errors import NotFound
 from backend.domain.records import SessionPending
 from backend.services.container import Services
-from backend.services.live import Mailbox, Scope, ScopeTasks, SessionChange
+from backend.services.live import Scope, ScopeTasks, SessionChange
+from backend.services.mailbox import Mailbox
 
 
 @strawberry.type

@@ -124,6 +124,51 @@ class PermissionQueries:
         return None if bundle is None else PermissionRequest.of(bundle)
 
 
+# respondToPermission's arguments, each with its description.
+DenyMessage = Annotated[
+    str | None,
+    strawberry.argument(
+        description="DENY: the reason the agent is given, leading and trailing white space "
+        "trimmed; empty after trimming is no reason (null)."
+    ),
+]
+Remember = Annotated[
+    bool,
+    strawberry.argument(
+        description="ALLOW: also an ALLOW rule: rememberPattern (one of the request's "
+        "suggestions) where rememberScope says; without one, this exact call (Bash: "
+        "Bash(<command>)). Not with an updatedInput that differs from the input asked unless a "
+        "pattern or rememberAnyInput says what it allows (an exact rule would allow what the "
+        "agent asked for, not the edit)."
+    ),
+]
+RememberAnyInput = Annotated[
+    bool,
+    strawberry.argument(
+        description="With remember: the rule allows any input of this tool, not only this one "
+        "(the pattern is the bare tool name)."
+    ),
+]
+RememberPattern = Annotated[
+    str | None,
+    strawberry.argument(
+        description="With remember: the rule's pattern, in Claude Code's syntax; it must match "
+        "the input allowed."
+    ),
+]
+RememberScope = Annotated[
+    Scope,
+    strawberry.argument(
+        description="With remember: SESSION (this session), TASK, PROJECT (every task of this "
+        "task's project) or GLOBAL (admins only)."
+    ),
+]
+RememberExpiresIn = Annotated[
+    float | None,
+    strawberry.argument(description="With remember: the rule expires after this many seconds."),
+]
+
+
 @strawberry.type
 class PermissionMutations:
     @strawberry.mutation(
@@ -136,48 +181,12 @@ class PermissionMutations:
         pending_id: strawberry.ID,
         behavior: PermissionBehavior,
         updated_input: JSON | None = strawberry.UNSET,
-        message: Annotated[
-            str | None,
-            strawberry.argument(
-                description="DENY: the reason the agent is given, leading and trailing white space "
-                "trimmed; empty after trimming is no reason (null)."
-            ),
-        ] = None,
-        remember: Annotated[
-            bool,
-            strawberry.argument(
-                description="ALLOW: also an ALLOW rule: rememberPattern (one of the request's "
-                "suggestions) where rememberScope says; without one, this exact call (Bash: "
-                "Bash(<command>)). Not with an updatedInput that differs from the input asked unless a "
-                "pattern or rememberAnyInput says what it allows (an exact rule would allow what the "
-                "agent asked for, not the edit)."
-            ),
-        ] = False,
-        remember_any_input: Annotated[
-            bool,
-            strawberry.argument(
-                description="With remember: the rule allows any input of this tool, not only this one "
-                "(the pattern is the bare tool name)."
-            ),
-        ] = False,
-        remember_pattern: Annotated[
-            str | None,
-            strawberry.argument(
-                description="With remember: the rule's pattern, in Claude Code's syntax; it must match "
-                "the input allowed."
-            ),
-        ] = None,
-        remember_scope: Annotated[
-            Scope,
-            strawberry.argument(
-                description="With remember: SESSION (this session), TASK, PROJECT (every task of this "
-                "task's project) or GLOBAL (admins only)."
-            ),
-        ] = Scope.SESSION,
-        remember_expires_in_seconds: Annotated[
-            float | None,
-            strawberry.argument(description="With remember: the rule expires after this many seconds."),
-        ] = None,
+        message: DenyMessage = None,
+        remember: Remember = False,
+        remember_any_input: RememberAnyInput = False,
+        remember_pattern: RememberPattern = None,
+        remember_scope: RememberScope = Scope.SESSION,
+        remember_expires_in_seconds: RememberExpiresIn = None,
     ) -> RespondToPermissionResult:
         principal = info.context.principal
         has_input = updated_input is not strawberry.UNSET and updated_input is not None

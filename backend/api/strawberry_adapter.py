@@ -63,26 +63,22 @@ The names, and why there is no public way:
   an operation's result other than yielding it from the subscription, which is what costs a third of
   a fan-out's CPU (`backend/api/fanout.py`, `direct_sender`).
 
-And the direct sends (`running_operation`, `send_next_data`): a change reaching an idle
-`pendingActionChanged` subscription is sent without waking it (`backend/api/fanout.py`). The sender
-needs the operation the subscription's task runs, which the handler records when it runs it, and
-sends the `next` message `Operation.send_next` sends for a result without errors or extensions,
-through the same `send_operation_message` (which keeps the operation's `completed` check). Only for
-a schema whose extensions need not see each result (`results_sendable_directly`: none has results of
-its own or a hook for each streamed result other than `MaskErrors`', which only masks errors, and
-only results without errors are sent this way).
+And the direct sends (`send_next_data`): a change reaching an idle `pendingActionChanged`
+subscription is sent without waking it (`backend/api/fanout.py`). The sender needs the operation the
+subscription's task runs, which the handler records when it runs it (`running_operation`, in
+`backend/api/ws_operations.py` with the rest of what the handler keeps that is ours), and sends the
+`next` message `Operation.send_next` sends for a result without errors or extensions, through the
+same `send_operation_message` (which keeps the operation's `completed` check). Only for a schema
+whose extensions need not see each result (`results_sendable_directly`: none has results of its own
+or a hook for each streamed result other than `MaskErrors`', which only masks errors, and only
+results without errors are sent this way).
 
 And the hooks (`LeanExtensionsRunner`): Strawberry enters every stage of every operation, and every
-result a subscription sends, through a context manager that looks each extension's hook up again,
-and wraps a generator hook in a new `contextlib.contextmanager` of a new bound method each time
-(`functools.wraps` included). For one change fanned out to ten thousand subscriptions that was a
-fifth of the process's CPU: `ErrorPolicy` (Strawberry's `MaskErrors`) has an `on_stream_result`
-hook, entered for each result sent. The runner here looks the hooks up once per schema and set of
-extension classes, and enters the same hooks in the same order with the same arguments: a generator
-hook through `contextlib.contextmanager` (made once per hook), a stage without hooks through one
-shared object that does nothing, and anything else (a hook that is a plain function or coroutine
-function) through Strawberry's own context manager. An exception raised inside a stage reaches the
-hooks as it does in Strawberry's, and, as there, is never suppressed by one.
+result a subscription sends, through a context manager that looks each extension's hook up again
+(a fifth of the process's CPU for one change fanned out to ten thousand subscriptions). The runner
+here is Strawberry's with each stage entered through hooks looked up once per schema and set of
+extension classes (`backend/api/extension_hooks.py`, public names only): the same hooks in the same
+order with the same arguments; a hook it cannot enter so is left to Strawberry's own manager.
 
 And the error policy's result check (`lean_error_results`): Strawberry's `MaskErrors` tests each
 operation's result, and each streamed result, against a runtime-checkable Protocol before it looks
@@ -108,12 +104,9 @@ schema, which fields only read an attribute.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import importlib
-import inspect
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
@@ -133,6 +126,13 @@ from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types.base import StrawberryObjectDefinition
 from strawberry.types.field import StrawberryField
 
+from backend.api.extension_hooks import HookPlan, StagePlans
+from backend.api.ws_operations import (
+    RUNNING,
+    RunningOperation,
+    drop_cancellation,
+    results_sendable_directly,
+)
 from backend.config import env_switch
 
 # The library versions the names below were read and checked against.
@@ -223,35 +223,6 @@ def installed_versions() -> dict[str, str]:
     return {name: version(name) for name in CHECKED}
 
 
-def _drop_cancellation(task: asyncio.Task[Any]) -> None:
-    """A cancelled task hands its CancelledError back once; reading it drops the task's own reference,
-    and with it the traceback and the frames of the wait."""
-    if task.cancelled():
-        with contextlib.suppress(asyncio.CancelledError):
-            task.result()
-
-
-class RunningOperation:
-    """The graphql-transport-ws operation the current task runs (its `Operation`), and the executor of
-    its subscription's events once one was built (`backend/api/graphql_core_adapter.py` records it there)."""
-
-    __slots__ = ("executor", "operation")
-
-    def __init__(self, operation: Any) -> None:
-        self.operation = operation
-        self.executor: Any = None
-
-
-# Set by the handler below for each operation it runs (the operation's own task and context).
-RUNNING: ContextVar[RunningOperation | None] = ContextVar("turnwise_running_operation", default=None)
-
-
-def running_operation() -> RunningOperation | None:
-    """The operation the current task runs, where its results may be sent directly (`send_next_data`):
-    over the adapter's handler, with no extension that must see each result (see `use_in`)."""
-    return RUNNING.get()
-
-
 async def send_next_data(running: RunningOperation, data: Any) -> bool:
     """Send `data` as the operation's next result, the message Strawberry's `Operation.send_next` sends
     for a result without errors or extensions (through the same `send_operation_message`); False,
@@ -266,14 +237,14 @@ async def send_next_data(running: RunningOperation, data: Any) -> bool:
 def transport_ws_handler(base: type[Any], *, direct: bool = False) -> type[Any]:
     """`base` (a view's graphql-transport-ws handler class), whose connections do not keep their
     cancelled `connection_init` timer for as long as they last; with `direct`, each operation's task
-    knows its operation (`running_operation`)."""
+    knows its operation (`ws_operations.running_operation`)."""
 
     class ReleasingInitTimer(base):  # type: ignore[misc]
         async def handle_connection_init(self, message: Any) -> None:
             await super().handle_connection_init(message)
             timer = self.connection_init_timeout_task
             if isinstance(timer, asyncio.Task):
-                timer.add_done_callback(_drop_cancellation)
+                timer.add_done_callback(drop_cancellation)
 
         if direct:
 
@@ -287,20 +258,6 @@ def transport_ws_handler(base: type[Any], *, direct: bool = False) -> type[Any]:
 
     ReleasingInitTimer.__name__ = ReleasingInitTimer.__qualname__ = f"ReleasingInitTimer{base.__name__}"
     return ReleasingInitTimer
-
-
-def results_sendable_directly(schema: Any) -> bool:
-    """Whether a result without errors may skip the schema's extensions: none of them has results of
-    its own, or a hook for each streamed result other than `MaskErrors`' (which only masks errors)."""
-    from strawberry.extensions import MaskErrors, SchemaExtension
-
-    for extension in schema.extensions:
-        cls: Any = extension if isinstance(extension, type) else type(extension)
-        if cls.on_stream_result not in (SchemaExtension.on_stream_result, MaskErrors.on_stream_result):
-            return False
-        if cls.get_results is not SchemaExtension.get_results:
-            return False
-    return True
 
 
 def use_in(view: Any) -> None:
@@ -371,107 +328,6 @@ def document_validator() -> Validate | None:
 
 # --- extension hooks, looked up once (see the module's docstring) ---------------------------------
 
-# (hook name, extension classes) -> per hook: (index of its extension, context manager factory taking
-# the extension and the hook's arguments, whether it is async); None: a hook Strawberry must enter.
-HookPlan = tuple[tuple[int, Callable[..., Any], bool], ...] | None
-
-
-def _plan_hooks(name: str, classes: tuple[type[Any], ...]) -> HookPlan:
-    from strawberry.extensions import SchemaExtension
-
-    default = getattr(SchemaExtension, name)
-    plan: list[tuple[int, Callable[..., Any], bool]] = []
-    for index, cls in enumerate(classes):
-        hook = getattr(cls, name)
-        if hook is default:
-            continue
-        if inspect.isgeneratorfunction(hook):
-            plan.append((index, contextlib.contextmanager(hook), False))
-        elif inspect.isasyncgenfunction(hook):
-            plan.append((index, contextlib.asynccontextmanager(hook), True))
-        else:
-            return None  # a plain function or coroutine function: Strawberry's own manager enters it
-    return tuple(plan)
-
-
-class _NoHooks:
-    """A stage no extension has a hook for: nothing to enter or leave, with or without `async`."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_HOOKS = _NoHooks()
-
-
-class _Hooks:
-    """The hooks of one stage, entered in order and left in reverse, as Strawberry's manager does
-    (through an exit stack when there are several), never suppressing the exception they see."""
-
-    __slots__ = ("_managers", "_name", "_stack")
-
-    def __init__(self, managers: list[tuple[Any, bool, Any]], name: str) -> None:
-        self._managers = managers
-        self._name = name
-        self._stack: Any = None
-
-    def __enter__(self) -> None:
-        for _, is_async, extension in self._managers:
-            if is_async:
-                raise RuntimeError(
-                    f"SchemaExtension hook {extension}.{self._name} failed to complete synchronously."
-                )
-        if len(self._managers) == 1:
-            self._managers[0][0].__enter__()
-            return
-        self._stack = stack = contextlib.ExitStack()
-        stack.__enter__()
-        for manager, _, _ in self._managers:
-            stack.enter_context(manager)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._stack is None:
-            self._managers[0][0].__exit__(*exc)
-        else:
-            self._stack.__exit__(*exc)
-
-    async def __aenter__(self) -> None:
-        if len(self._managers) == 1:
-            manager, is_async, _ = self._managers[0]
-            if is_async:
-                await manager.__aenter__()
-            else:
-                manager.__enter__()
-            return
-        self._stack = stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
-        for manager, is_async, _ in self._managers:
-            if is_async:
-                await stack.enter_async_context(manager)
-            else:
-                stack.enter_context(manager)
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if self._stack is not None:
-            await self._stack.__aexit__(*exc)
-            return
-        manager, is_async, _ = self._managers[0]
-        if is_async:
-            await manager.__aexit__(*exc)
-        else:
-            manager.__exit__(*exc)
-
 
 def extensions_runner() -> type[Any] | None:
     """`LeanExtensionsRunner` while the adapter is on (`switched_on`, read now) and Strawberry's runner
@@ -493,53 +349,26 @@ def _lean_runner(base: type[Any]) -> type[Any]:
 
         def __init__(self, execution_context: Any, extensions: Any, plans: dict[Any, HookPlan]) -> None:
             super().__init__(execution_context=execution_context, extensions=extensions)
-            self._plans = plans
-            self._classes = tuple(type(e) for e in self.extensions)
-
-        def _plan(self, name: str) -> HookPlan:
-            key = (name, self._classes)
-            try:
-                return self._plans[key]
-            except KeyError:
-                plan = self._plans[key] = _plan_hooks(name, self._classes)
-                return plan
-
-        def _stage(self, name: str, *args: Any) -> Any:
-            plan = self._plan(name)
-            if plan is None:
-                return None
-            if not plan:
-                return _NO_HOOKS
-            extensions = self.extensions
-            return _Hooks(
-                [(make(extensions[i], *args), is_async, extensions[i]) for i, make, is_async in plan], name
-            )
+            self._stages = StagePlans(plans, self.extensions)
 
         def operation(self) -> Any:
-            return self._stage("on_operation") or super().operation()
+            return self._stages.stage("on_operation", self.extensions) or super().operation()
 
         def parsing(self) -> Any:
-            return self._stage("on_parse") or super().parsing()
+            return self._stages.stage("on_parse", self.extensions) or super().parsing()
 
         def validation(self) -> Any:
-            return self._stage("on_validate") or super().validation()
+            return self._stages.stage("on_validate", self.extensions) or super().validation()
 
         def executing(self) -> Any:
-            return self._stage("on_execute") or super().executing()
+            return self._stages.stage("on_execute", self.extensions) or super().executing()
 
         def on_stream_result(self, result: Any) -> Any:
-            return self._stage("on_stream_result", result) or super().on_stream_result(result)
+            stage = self._stages.stage("on_stream_result", self.extensions, result)
+            return stage or super().on_stream_result(result)
 
         async def get_extensions_results(self, ctx: Any) -> dict[str, Any]:
-            key = ("get_results", self._classes)
-            plain = self._plans.get(key)
-            if plain is None:
-                from strawberry.extensions import SchemaExtension
-
-                default = SchemaExtension.get_results
-                none_own = all(c.get_results is default for c in self._classes)
-                plain = self._plans[key] = () if none_own else None
-            if plain is None:
+            if self._stages.results_of_their_own():
                 return await super().get_extensions_results(ctx)  # type: ignore[no-any-return]
             # No extension has results of its own (each would give an empty dict).
             data: dict[str, Any] = {}

@@ -33,8 +33,9 @@ from backend.domain.records import (
     TaskRecord,
     TurnRecord,
 )
-from backend.domain.rule_patterns import PatternError, suggest_rules
+from backend.domain.rule_patterns import PatternError
 from backend.domain.rule_scopes import RuleBehavior, Scope
+from backend.domain.rule_suggestions import suggest_rules
 from backend.domain.states import (
     MESSAGE_KIND_CLARIFICATION,
     ClarificationStatus,

@@ -1,6 +1,6 @@
 """Every private or undocumented name of SQLAlchemy, its asyncio adapters and aiosqlite that the
-database fast path (`backend/db/prepared.py`, the SQLite BEGIN hook) still relies on: here, and
-nowhere else.
+database fast path (`backend/db/fast_path.py`, `prepared.py`, `server_prepared.py`, the SQLite BEGIN
+hook) still relies on: here, and nowhere else.
 
 Checked against (`CHECKED`): SQLAlchemy 2.1.9, asyncpg 0.32.0, aiosqlite 0.22.1. The canary
 (`tests/repository/test_driver_adapter.py`) checks that each name of `RELIED_ON` still exists with
@@ -24,8 +24,8 @@ The names that remain, and why there is no public way:
   event, a disconnect or a cancellation invalidating the connection and the pool). No public call
   enters that path.
 - `Connection.dispatch` (undocumented attribute, not underscored): fire the documented
-  `before_cursor_execute` / `after_cursor_execute` events for statements SQLAlchemy did not run,
-  and `commit` / `rollback` for `run_alone`'s implicit transaction. Events have no public "fire".
+  `before_cursor_execute` / `after_cursor_execute` events for statements SQLAlchemy did not run.
+  Events have no public "fire".
 - `Engine.logger` (undocumented attribute): the logger `echo=True` turns on (SQLAlchemy wraps
   `sqlalchemy.engine.Engine` in its own echo-aware logger, so logging to the named logger would be
   filtered out under `echo=True`).
@@ -197,15 +197,6 @@ def after_cursor_execute(sync: Any, statement: str, parameters: Any, context: An
     listeners = sync.dispatch.after_cursor_execute
     if listeners:
         listeners(sync, None, statement, parameters, context, executemany)
-
-
-def committed(sync: Any) -> None:
-    """SQLAlchemy's `commit` event, for a transaction it did not run (`run_alone`)."""
-    sync.dispatch.commit(sync)
-
-
-def rolled_back(sync: Any) -> None:
-    sync.dispatch.rollback(sync)
 
 
 # --- SQLAlchemy's asyncpg adapter ----------------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -22,8 +22,11 @@ from sqlalchemy.pool import NullPool
 from backend import jsoncodec
 from backend.config import db_fast_path, db_pooler
 from backend.db import driver_adapter as adapter
-from backend.db import health, prepared
+from backend.db import health
+from backend.db.fast_path import WRITE, begin_sqlite
+from backend.db.fast_path import engine_options as fast_path_options
 from backend.db.health import Health
+from backend.db.server_prepared import install_repair
 from backend.faults import InjectedFault
 
 # How a failing database (or a fault point standing in for one) reaches the code above it: callers that
@@ -70,6 +73,53 @@ def pooler_not_set_message(url: str) -> str:
     )
 
 
+def _sqlite_engine_options(kwargs: dict[str, Any], parsed: URL, pooler: str | None) -> dict[str, Any]:
+    """`create_async_engine`'s arguments for a SQLite file (made with its folder) or memory database."""
+    if pooler is not None:
+        raise ValueError(f"TURNWISE_DB_POOLER={pooler} needs PostgreSQL, not SQLite")
+    database = parsed.database or ""
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    # check_same_thread: statements of a write unit that holds the writer lock run on the
+    # event loop's thread (see `fast_path._inline_sqlite`), the rest on aiosqlite's thread.
+    kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+    return kwargs
+
+
+def _postgres_engine_options(
+    kwargs: dict[str, Any],
+    *,
+    pool_size: int,
+    connect_timeout: float | None,
+    statement_timeout: float | None,
+    pooler: str | None,
+) -> dict[str, Any]:
+    """`create_async_engine`'s arguments for PostgreSQL: the pool, bounded waits, the pooler mode."""
+    kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
+    # Bounded waits while the server is gone (see `health`): a connect, each statement (a
+    # frozen server answers nothing), and a turn for a pooled connection.
+    connect_args = kwargs.setdefault("connect_args", {})
+    if connect_timeout is not None:
+        connect_args["timeout"] = connect_timeout
+        kwargs["pool_timeout"] = connect_timeout
+    if statement_timeout is not None:
+        connect_args["command_timeout"] = statement_timeout
+    if pooler == "pgbouncer":
+        # PgBouncer in transaction pooling: consecutive transactions may run on different
+        # server connections, so nothing prepared under a name may outlive a transaction.
+        # asyncpg's statement cache off (its `fetch` then uses the unnamed statement), and
+        # SQLAlchemy's adapter's cache off with the name function its asyncpg dialect documents
+        # for PgBouncer, giving the unnamed statement too (prepared and used in one
+        # transaction, nothing left behind on any server); `prepared.begin_with` and
+        # nothing is prepared (it answers "cannot").
+        connect_args["statement_cache_size"] = 0
+        connect_args["prepared_statement_cache_size"] = 0
+        connect_args["prepared_statement_name_func"] = unnamed_statement
+    return kwargs
+
+
 class Database:
     """Owns the engine. `write()` takes SQLite's writer lock up front (BEGIN IMMEDIATE); on PostgreSQL
     writers serialize per session through advisory locks taken by the repository."""
@@ -87,7 +137,7 @@ class Database:
         pooler: str | None = None,
     ) -> None:
         self.url = url
-        # The fast path (`prepared`) and the pooler mode; None: from TURNWISE_DB_FAST_PATH (on
+        # The fast path (`backend/db/fast_path.py`) and the pooler mode; None: from TURNWISE_DB_FAST_PATH (on
         # unless "0", "false", "no") and TURNWISE_DB_POOLER (unset, or "pgbouncer").
         self.fast_path = (
             db_fast_path(os.environ.get("TURNWISE_DB_FAST_PATH")) if fast_path is None else fast_path
@@ -102,41 +152,19 @@ class Database:
             "echo": echo,
             "json_serializer": jsoncodec.dumps,
             "json_deserializer": jsoncodec.loads,
-            # Read by `prepared` on every connection of this engine (a connection may override them).
-            "execution_options": prepared.engine_options(fast_path=self.fast_path, pooler=self.pooler),
+            # Read by the fast path on every connection of this engine (a connection may override them).
+            "execution_options": fast_path_options(fast_path=self.fast_path, pooler=self.pooler),
         }
         if self.dialect == "sqlite":
-            if self.pooler is not None:
-                raise ValueError(f"TURNWISE_DB_POOLER={self.pooler} needs PostgreSQL, not SQLite")
-            database = parsed.database or ""
-            if database and database != ":memory:":
-                Path(database).parent.mkdir(parents=True, exist_ok=True)
-            kwargs["poolclass"] = NullPool if database in ("", ":memory:") else None
-            kwargs = {k: v for k, v in kwargs.items() if v is not None}
-            # check_same_thread: statements of a write unit that holds the writer lock run on the
-            # event loop's thread (see `prepared._inline_sqlite`), the rest on aiosqlite's thread.
-            kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+            kwargs = _sqlite_engine_options(kwargs, parsed, self.pooler)
         else:
-            kwargs.update(pool_size=pool_size, max_overflow=max(1, pool_size // 2))
-            # Bounded waits while the server is gone (see `health`): a connect, each statement (a
-            # frozen server answers nothing), and a turn for a pooled connection.
-            connect_args = kwargs.setdefault("connect_args", {})
-            if connect_timeout is not None:
-                connect_args["timeout"] = connect_timeout
-                kwargs["pool_timeout"] = connect_timeout
-            if statement_timeout is not None:
-                connect_args["command_timeout"] = statement_timeout
-            if self.pooler == "pgbouncer":
-                # PgBouncer in transaction pooling: consecutive transactions may run on different
-                # server connections, so nothing prepared under a name may outlive a transaction.
-                # asyncpg's statement cache off (its `fetch` then uses the unnamed statement), and
-                # SQLAlchemy's adapter's cache off with the name function its asyncpg dialect documents
-                # for PgBouncer, giving the unnamed statement too (prepared and used in one
-                # transaction, nothing left behind on any server); `prepared.begin_with` and
-                # `run_alone` prepare nothing (they answer "cannot").
-                connect_args["statement_cache_size"] = 0
-                connect_args["prepared_statement_cache_size"] = 0
-                connect_args["prepared_statement_name_func"] = unnamed_statement
+            kwargs = _postgres_engine_options(
+                kwargs,
+                pool_size=pool_size,
+                connect_timeout=connect_timeout,
+                statement_timeout=statement_timeout,
+                pooler=self.pooler,
+            )
         self.engine: AsyncEngine = create_async_engine(url, **kwargs)
         # Statements and transactions run through this engine (tests and benches read them as counts).
         self.statements = 0
@@ -153,12 +181,6 @@ class Database:
     def is_sqlite(self) -> bool:
         return self.dialect == "sqlite"
 
-    @property
-    def sends_messages(self) -> bool:
-        """Can `prepared.begin_with` / `run_alone` send a unit's statements as one message? (PostgreSQL,
-        the fast path on, no pooler: elsewhere they answer "cannot", so an `alone()` unit is wasted.)"""
-        return not self.is_sqlite and self.fast_path and self.pooler is None
-
     def _install_hooks(self) -> None:
         sync_engine = self.engine.sync_engine
         health.install(sync_engine, self.health, asyncpg=not self.is_sqlite)
@@ -172,7 +194,7 @@ class Database:
                 self._install_pooler_check()
             self._install_idle_ping()
             # A connection whose prepared statements vanished (SQLSTATE 26000) is replaced.
-            prepared.install_repair(sync_engine)
+            install_repair(sync_engine)
             return
 
         @event.listens_for(sync_engine, "connect")
@@ -204,12 +226,12 @@ class Database:
 
         @event.listens_for(sync_engine, "begin")
         def _begin(conn: Any) -> None:
-            immediate = conn.get_execution_options().get(prepared.WRITE, False)
+            immediate = conn.get_execution_options().get(WRITE, False)
             sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"
             # With the fast path straight on the driver, else through `exec_driver_sql`; either way
             # a statement to `before/after_cursor_execute` (so counted by `_count`) and the log.
             self.begins += 1
-            prepared.begin_sqlite(conn, sql)
+            begin_sqlite(conn, sql)
 
     def _install_pooler_check(self) -> None:
         """Refuse a connection that goes through a pooler while the pooler mode is off.
@@ -283,20 +305,6 @@ class Database:
                 self.transactions += 1
                 async with conn.begin():
                     yield conn
-        except Exception as exc:
-            self._raise_outage(exc, connecting=not opened)
-            raise
-
-    @asynccontextmanager
-    async def alone(self) -> AsyncIterator[AsyncConnection]:
-        """A connection that begins no transaction (PostgreSQL), for `prepared.run_alone`: the one
-        message it sends is its own transaction."""
-        opened = False
-        try:
-            async with self.engine.connect() as conn:
-                opened = True
-                self.transactions += 1
-                yield conn
         except Exception as exc:
             self._raise_outage(exc, connecting=not opened)
             raise

@@ -36,50 +36,35 @@ rule (`RulePattern.text`) escapes only what would otherwise be read differently.
 
 Our extension, for the rules remembered before these patterns existed: `Tool(=<json>)` matches
 exactly the input whose canonical JSON (sorted keys, no spaces) is `<json>`, for any tool.
+
+Here: the parsed rule (`RulePattern`) and many rules compiled for matching (`RuleSet`, `decide`).
+Reading a rule's text and a settings block is `rule_syntax`; what the parentheses compare,
+`rule_specifiers`; what a tool call is matched on, `rule_subjects` (and `shell_split` for a
+compound command); the rules offered to a person, `rule_suggestions`.
 """
 
 from __future__ import annotations
 
-import json
-import posixpath
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any
 
-from backend.domain.rule_specifiers import (
-    PathRoot,
-    PatternError,
-    command_spec,
-    escape_command,
-    escaped,
-    glob_escape,
-    host_spec,
-    path_spec,
-    read_specifier,
-    render_specifier,
-)
-from backend.domain.rule_subjects import CallSubjects, canonical_input
+from backend.domain.rule_specifiers import PathRoot, PatternError, render_specifier
+from backend.domain.rule_subjects import CallSubjects
 
 __all__ = [
+    "PATH_RULE_TOOLS",
+    "PATH_TOOLS",
     "Behavior",
     "PathRoot",
     "PatternError",
     "PatternKind",
     "RulePattern",
     "RuleSet",
-    "Suggestion",
     "decide",
-    "escape_command",
-    "export_settings",
-    "legacy_pattern",
-    "parse_pattern",
-    "parse_settings",
-    "render_specifier",
-    "suggest_rules",
 ]
 
 
@@ -109,8 +94,6 @@ PATH_RULE_TOOLS: dict[str, tuple[str, ...]] = {
     "NotebookEdit": ("NotebookEdit",),
 }
 PATH_TOOLS = frozenset(t for tools in PATH_RULE_TOOLS.values() for t in tools)
-_EDIT_TOOLS = frozenset(PATH_RULE_TOOLS["Edit"])
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@/+-]*")
 
 
 @dataclass(frozen=True)
@@ -128,7 +111,7 @@ class RulePattern:
 
     @property
     def text(self) -> str:
-        """The canonical rule: what `export_settings` writes and `parse_pattern` reads back."""
+        """The canonical rule: what `rule_syntax.export_settings` writes and `parse_pattern` reads back."""
         return self.tool if self.specifier is None else f"{self.tool}({render_specifier(self.specifier)})"
 
     def applies_to(self, tool_name: str) -> bool:
@@ -158,90 +141,6 @@ class RulePattern:
             index.first(CallSubjects(tool_name, tool_input, project, home), every_part=not any_part)
             is not None
         )
-
-
-# --- reading a rule -------------------------------------------------------------------------------
-
-
-def parse_pattern(text: str) -> RulePattern:
-    """The rule `text` means, or PatternError naming what is wrong with it. Rules are read once:
-    a scope's rules, compiled again, cost only their regexes."""
-    if not isinstance(text, str):
-        raise PatternError(f"a rule is text, not {type(text).__name__}")
-    return _parse(text)
-
-
-@lru_cache(maxsize=8192)
-def _parse(text: str) -> RulePattern:
-    raw = text.strip()
-    if not raw:
-        raise PatternError("the rule is empty")
-    open_at = raw.find("(")
-    if open_at < 0:
-        if ")" in raw:
-            raise PatternError(f"{raw!r} has a ')' without a '('")
-        return _bare(raw, raw)
-    tool = raw[:open_at]
-    if not raw.endswith(")") or escaped(raw, len(raw) - 1):
-        raise PatternError(f"{raw!r} does not end with the ')' closing its '('")
-    if not tool:
-        raise PatternError(f"{raw!r} has no tool name before '('")
-    content = read_specifier(raw, raw[open_at + 1 : -1])
-    if content.strip() in ("", "*"):
-        return _bare(raw, tool)
-    _check_tool_name(raw, tool)
-    return _with_specifier(raw, tool, content)
-
-
-def _check_tool_name(raw: str, tool: str) -> None:
-    if _TOOL_NAME.fullmatch(tool) is None:
-        raise PatternError(f"{raw!r}: {tool!r} is not a tool name (letters, digits, _ . : @ / + -)")
-
-
-def _bare(raw: str, tool: str) -> RulePattern:
-    if tool.startswith("mcp__"):
-        server, sep, name = tool[len("mcp__") :].partition("__")
-        if not server or server == "*":
-            raise PatternError(f"{raw!r}: an MCP rule names its server (mcp__server or mcp__server__tool)")
-        _check_tool_name(raw, server)
-        if not sep or name == "*":
-            return RulePattern(f"mcp__{server}", None, PatternKind.MCP_SERVER)
-        if not name:
-            raise PatternError(f"{raw!r}: no tool name after the server's '__'")
-    _check_tool_name(raw, tool)
-    return RulePattern(tool, None, PatternKind.ANY)
-
-
-def _with_specifier(raw: str, tool: str, written: str) -> RulePattern:
-    content = written.strip()
-    if content.startswith("="):
-        try:
-            value = json.loads(content[1:])
-            key = canonical_input(value)
-        except ValueError as exc:
-            raise PatternError(f"{raw!r}: what follows '=' is not JSON ({exc})") from None
-        return RulePattern(tool, "=" + key, PatternKind.EXACT_INPUT, key=key)
-    if tool.startswith("mcp__"):
-        raise PatternError(f"{raw!r}: an MCP rule takes no specifier (write {tool} for any input)")
-    if content.startswith("domain:") and tool not in ("WebFetch", "Bash"):  # a command may start so
-        raise PatternError(f"{raw!r}: 'domain:' belongs to WebFetch rules only")
-    if tool == "WebFetch":
-        spec, host, regex = host_spec(raw, content)
-        if host is not None:
-            return RulePattern(tool, spec, PatternKind.HOST, key=host)
-        return RulePattern(tool, spec, PatternKind.HOST_PATTERN, regex=regex or "")
-    if tool == "Bash":
-        command, regex = command_spec(raw, content)
-        if command is not None:
-            return RulePattern(tool, content, PatternKind.COMMAND, key=command)
-        return RulePattern(tool, content, PatternKind.COMMAND_PATTERN, regex=regex or "")
-    if tool in PATH_RULE_TOOLS:
-        path, root, regex = path_spec(raw, written)
-        return RulePattern(tool, path, PatternKind.PATH, regex=regex, root=root)
-    raise PatternError(
-        f"{raw!r}: {tool} takes no specifier this matcher knows; write {tool} for any input"
-        f" or {tool}(=<input as JSON>) for one exact input"
-    )
 
 
 # --- many rules at once ---------------------------------------------------------------------------
@@ -385,181 +284,3 @@ def decide(
 ) -> tuple[Behavior, Any] | None:
     """`RuleSet.compile(rules).decide(...)`, for one decision."""
     return RuleSet.compile(rules).decide(tool_name, tool_input, project=project, home=home)
-
-
-# --- settings, carry-over, suggestions ------------------------------------------------------------
-
-
-def parse_settings(block: Any) -> list[tuple[Behavior, RulePattern]]:
-    """The rules of a Claude Code `permissions` block (or of a whole settings file holding one),
-    in the order allow, ask, deny; other keys are ignored. Every bad entry is named by its index
-    ("deny[2]: ...") in one PatternError, and then nothing is returned."""
-    if isinstance(block, Mapping) and "permissions" in block:
-        block = block["permissions"]
-    if not isinstance(block, Mapping):
-        raise PatternError(
-            "expected a permissions block: an object with allow, ask and deny lists", field="permissions"
-        )
-    rules: list[tuple[Behavior, RulePattern]] = []
-    problems: list[str] = []
-    for behavior in Behavior:
-        entries = block.get(behavior.value)
-        if entries is None:
-            continue
-        if not isinstance(entries, list):
-            problems.append(f"{behavior.value}: expected a list of rules")
-            continue
-        for i, entry in enumerate(entries):
-            try:
-                rules.append((behavior, parse_pattern(entry)))
-            except PatternError as exc:
-                problems.append(f"{behavior.value}[{i}]: {exc.reason}")
-    if problems:
-        count = f"{len(problems)} rule{'s' if len(problems) > 1 else ''} refused"
-        raise PatternError(f"{count}: " + "; ".join(problems), field="permissions", problems=problems)
-    return rules
-
-
-def export_settings(rules: Iterable[Sequence[Any]]) -> dict[str, list[str]]:
-    """A `permissions` block (allow, ask, deny) holding `rules` ((behavior, pattern[, handle])
-    tuples) in their order, each canonical rule once: `parse_settings` reads it back."""
-    block: dict[str, list[str]] = {b.value: [] for b in Behavior}
-    for rule in rules:
-        texts = block[Behavior(rule[0]).value]
-        if rule[1].text not in texts:
-            texts.append(rule[1].text)
-    return block
-
-
-def legacy_pattern(tool_name: str, tool_input: Any, any_input: bool) -> RulePattern:
-    """The pattern a rule remembered before patterns existed becomes, matching what it matched:
-    any input -> the bare tool; a `Bash` input of one `command` -> `Bash(<command>)` exact; any
-    other input -> `Tool(=<canonical json>)`. PatternError when the tool's name is not one a rule
-    can hold."""
-    if any_input:
-        return parse_pattern(tool_name)
-    if tool_name == "Bash" and isinstance(tool_input, Mapping) and set(tool_input) == {"command"}:
-        command = tool_input["command"]
-        if isinstance(command, str) and command.strip() and command == command.strip():
-            return parse_pattern(f"Bash({render_specifier(escape_command(command))})")
-    return parse_pattern(f"{tool_name}({render_specifier('=' + canonical_input(tool_input))})")
-
-
-@dataclass(frozen=True)
-class Suggestion:
-    pattern: RulePattern
-    label: str
-    broad: bool = False
-    warning: str | None = None
-
-
-BROAD_WARNINGS = {
-    "Bash": "Runs every shell command without asking, whatever it does: deleting files (rm -rf), "
-    "pushing or force-pushing code, deploying, installing packages, sending data anywhere (curl).",
-    "Write": "Creates or overwrites any file the agent can reach, inside the project or not, "
-    "without asking: configuration, credentials and scripts included.",
-    "Edit": "Changes any file the agent can reach, inside the project or not, without asking: "
-    "configuration, credentials and scripts included.",
-}
-BROAD_WARNINGS["MultiEdit"] = BROAD_WARNINGS["NotebookEdit"] = BROAD_WARNINGS["Edit"]
-_PLAIN_WORD = re.compile(r"[A-Za-z0-9_@%+][A-Za-z0-9_.@%+-]*")
-
-
-def suggest_rules(
-    tool_name: str, tool_input: Mapping[str, Any], *, project: str | None = None, home: str | None = None
-) -> list[Suggestion]:
-    """The rules a person likely means, narrowest first: this exact call; the command's prefix
-    (`Bash`) or the file's folder (path tools) or the host (`WebFetch`) or the server (MCP);
-    the bare tool, `broad` with a warning for the tools whose any input lets anything through.
-    Nothing for a tool whose name no rule can hold."""
-    try:
-        return _suggestions(tool_name, tool_input, project, home)
-    except PatternError:
-        return []
-
-
-def _suggestions(
-    tool_name: str, tool_input: Mapping[str, Any], project: str | None, home: str | None
-) -> list[Suggestion]:
-    out: list[Suggestion] = []
-    command = tool_input.get("command")
-    if tool_name == "Bash" and isinstance(command, str) and command.strip():
-        out += _command_suggestions(command)
-    elif tool_name in PATH_TOOLS and CallSubjects(tool_name, tool_input, project, home).paths:
-        out += _path_suggestions(tool_name, CallSubjects(tool_name, tool_input, project, home))
-    else:
-        out.append(Suggestion(legacy_pattern(tool_name, tool_input, False), "This exact call"))
-    host = CallSubjects(tool_name, tool_input, project, home).host if tool_name == "WebFetch" else None
-    if host is not None:
-        out.append(Suggestion(parse_pattern(f"WebFetch(domain:{host})"), f"Fetches from {host}"))
-    bare = parse_pattern(tool_name)
-    if bare.kind is PatternKind.ANY and tool_name.startswith("mcp__"):
-        server = tool_name.split("__")[1]
-        out.append(Suggestion(bare, f"Any call of {tool_name}"))
-        bare = parse_pattern(f"mcp__{server}")
-        out.append(Suggestion(bare, f"Any tool of the MCP server {server}"))
-    else:
-        warning = BROAD_WARNINGS.get(tool_name)
-        noun = {"Bash": "Any Bash command", "Read": "Any file read"}.get(tool_name)
-        label = noun or ("Any file change" if tool_name in _EDIT_TOOLS else f"Any use of {tool_name}")
-        out.append(Suggestion(bare, label, broad=warning is not None, warning=warning))
-    return out
-
-
-def _command_suggestions(command: str) -> list[Suggestion]:
-    command = command.strip()
-    out = [
-        Suggestion(parse_pattern(f"Bash({render_specifier(escape_command(command))})"), "This exact command")
-    ]
-    prefix = command_prefix(command)
-    if prefix is not None:
-        out.append(Suggestion(parse_pattern(f"Bash({prefix}:*)"), f"Commands starting with `{prefix}`"))
-    return out
-
-
-def command_prefix(command: str) -> str | None:
-    """The first words of `command` a prefix rule would name: the first two when the second is
-    neither a flag nor a path, else the first; never past a shell operator or a quote; None when
-    the command does not start with a plain word."""
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    words: list[str] = []
-    try:
-        for token in lexer:
-            if len(words) == 2 or _PLAIN_WORD.fullmatch(token) is None:
-                break
-            words.append(token)
-    except ValueError:  # an unbalanced quote: nothing to suggest a prefix of
-        return None
-    while words and re.match(re.escape(" ".join(words)) + r"(?:[ \t]|$|[;|\n]|&(?!>))", command) is None:
-        words.pop()  # a word quoted, escaped or glued to the next: the rule would not match it
-    if len(words) == 2 and (words[1].startswith(("-", ".", "~")) or "/" in words[1]):
-        words.pop()
-    return " ".join(words) or None
-
-
-_ROOT_WRITTEN = {PathRoot.PROJECT: "", PathRoot.HOME: "~/", PathRoot.ABSOLUTE: "//"}
-_ROOT_NAMED = {
-    PathRoot.PROJECT: "this project",
-    PathRoot.HOME: "your home directory",
-    PathRoot.ABSOLUTE: "any folder",
-}
-
-
-def _path_suggestions(tool_name: str, request: CallSubjects) -> list[Suggestion]:
-    root, rel = request.paths[-1]  # the narrowest root: the project, else the home, else "/"
-    written, folder = _ROOT_WRITTEN[root], posixpath.dirname(rel)
-    rule_tool, file_verb, folder_verb = (
-        ("Read", "Reads of", "Reads in") if tool_name == "Read" else ("Edit", "Changes to", "Edits in")
-    )
-    file_spec = f"{written}{glob_escape(rel)}"
-    if not written and "/" not in rel:
-        file_spec = f"./{file_spec}"  # anchored at the project root, as a path holding a / is
-    folder_spec = f"{written}{glob_escape(folder)}/**" if folder else f"{written or './'}**"
-    where = f"{written}{folder}/" if folder else _ROOT_NAMED[root]
-    return [
-        Suggestion(
-            parse_pattern(f"{rule_tool}({render_specifier(file_spec)})"), f"{file_verb} {written}{rel}"
-        ),
-        Suggestion(parse_pattern(f"{rule_tool}({render_specifier(folder_spec)})"), f"{folder_verb} {where}"),
-    ]

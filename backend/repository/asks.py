@@ -18,7 +18,7 @@ from sqlalchemy import CTE, Select, bindparam, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared
+from backend.db.fast_path import Prepared
 from backend.db.sqlfuncs import json_text
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S

@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, bindparam, case, exists, false, func, not_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared
+from backend.db.fast_path import Prepared
 from backend.db.sqlfuncs import json_patch, json_text, json_update
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S

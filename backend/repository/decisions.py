@@ -47,15 +47,21 @@ class SettledFacts:
     rows: tuple[BundleRow, ...]
 
 
-def _statement(where: ColumnElement[bool]) -> Any:
-    scope = (
+def _scope(where: ColumnElement[bool]) -> Any:
+    """The sessions read (`where`), each with its task, state and current turn."""
+    return (
         select(S.c.id, S.c.task_id, S.c.state, current_turn_id(S.c.id).label("turn_id"))
         .where(where)
         .cte("scope")
         .prefix_with("MATERIALIZED")
     )
+
+
+def _bundles(scope: Any) -> Any:
+    """Each pending action of those sessions, one row per bundle: when it was asked and last
+    changed, whether a row of it is still open, its turn and who claimed it."""
     open_row = case((is_pending_status(M), 1), else_=0)
-    bundles = (
+    return (
         select(
             M.c.pending_id,
             M.c.session_id,
@@ -71,6 +77,12 @@ def _statement(where: ColumnElement[bool]) -> Any:
         .group_by(M.c.pending_id, M.c.session_id)
         .cte("bundles")
     )
+
+
+def _decided(scope: Any, bundles: Any) -> Any:
+    """The bundles decided (not still waiting in their session's current turn), newest first, the
+    page's worth (`b_first`), each with when it was decided: its last change, or for one left open
+    the start of the turn that followed it."""
     successor = (
         select(func.min(T.c.started_at))
         .where(T.c.session_id == bundles.c.session_id, T.c.started_at > bundles.c.asked_at)
@@ -82,7 +94,7 @@ def _statement(where: ColumnElement[bool]) -> Any:
     still_active = and_(
         bundles.c.open_rows == 1, bundles.c.turn_id == scope.c.turn_id, session_is_live(scope.c.state)
     )
-    decided = (
+    return (
         select(
             bundles.c.pending_id,
             bundles.c.session_id,
@@ -99,6 +111,12 @@ def _statement(where: ColumnElement[bool]) -> Any:
         .limit(bindparam("b_first", type_=Integer))
         .cte("decided")
     )
+
+
+def _statement(where: ColumnElement[bool]) -> Any:
+    """The decided bundles of the sessions `where` picks, each with every row of its bundle."""
+    scope = _scope(where)
+    decided = _decided(scope, _bundles(scope))
     rows = M.alias("bundle_row")
     return (
         select(

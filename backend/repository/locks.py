@@ -16,7 +16,8 @@ from sqlalchemy import ColumnElement, String, bindparam, func, literal, select, 
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.db.prepared import Prepared, begin_with
+from backend.db.fast_path import Prepared
+from backend.db.prepared import begin_with
 
 _PREFIX = "turnwise-session:"
 

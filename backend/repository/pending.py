@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from backend.db.prepared import Prepared
+from backend.db.fast_path import Prepared
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.domain.errors import CorruptData

@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared
+from backend.db.fast_path import Prepared
 from backend.db.tables import notification_channels as C
 from backend.db.tables import notification_outbox as O
 from backend.db.tables import push_subscriptions as P

@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.selectable import CTE, Select
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared, begin_with
+from backend.db.fast_path import Prepared
+from backend.db.prepared import begin_with
 from backend.db.tables import task_sessions as TS
 from backend.db.tables import task_status_summaries as S
 from backend.domain.errors import CorruptData
@@ -23,7 +24,7 @@ from backend.repository.pending import projected_sessions
 from backend.repository.rows import metadata_of
 
 _B_TASK = bindparam("b_task", type_=S.c.task_id.type)
-# The unit of work's single-task reconciliation, run on the driver connection (backend/db/prepared.py).
+# The unit of work's single-task reconciliation, run on the driver connection (backend/db/fast_path.py).
 _LOCK_ONE = Prepared(select(S).where(S.c.task_id == _B_TASK).with_for_update())
 _SET_ONE = Prepared(
     update(S)

@@ -8,7 +8,7 @@ from sqlalchemy import bindparam, exists, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import utcnow
-from backend.db.prepared import Prepared
+from backend.db.fast_path import Prepared
 from backend.db.tables import task_session_messages, task_sessions, tasks
 from backend.domain.errors import NotFound
 from backend.domain.ids import new_id

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from backend.config import Settings
@@ -80,19 +81,7 @@ class Services:
         resume_recovery = ReservationRecovery(deps, orchestrator)
         recovery = Recovery(deps, waiters, resume_recovery)
         inbox = Inbox(deps, orchestrator, waiters)
-
-        async def take_inbox(session_id: str) -> list[PromptRequest]:
-            items = await inbox.take(session_id, via="agentPrompts")
-            if not items:
-                return []
-            async with deps.db.read() as conn:
-                task_id = (await tasks.get_session(conn, session_id)).task_id
-            return [
-                PromptRequest(session_id, task_id, i.turn_id, i.turn_id, i.prompt, i.pending_id)
-                for i in items
-            ]
-
-        prompts.take_inbox = take_inbox
+        prompts.take_inbox = _inbox_taker(deps, inbox)
         reach = Reach(deps)
         pending = PendingActions(
             deps,
@@ -133,3 +122,20 @@ class Services:
             decisions=Decisions(deps),
             runners=RunnerSessions(deps, operations, permissions, pending, access),
         )
+
+
+def _inbox_taker(deps: Deps, inbox: Inbox) -> Callable[[str], Awaitable[list[PromptRequest]]]:
+    """The prompt channel's way to a session's inbox: the prompts taken (as `agentPrompts` takes
+    them), each as the prompt request of the session's task."""
+
+    async def take_inbox(session_id: str) -> list[PromptRequest]:
+        items = await inbox.take(session_id, via="agentPrompts")
+        if not items:
+            return []
+        async with deps.db.read() as conn:
+            task_id = (await tasks.get_session(conn, session_id)).task_id
+        return [
+            PromptRequest(session_id, task_id, i.turn_id, i.turn_id, i.prompt, i.pending_id) for i in items
+        ]
+
+    return take_inbox

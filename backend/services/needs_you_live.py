@@ -32,7 +32,7 @@ from backend.bus import BUS_GAP, TASK_CHANNEL
 from backend.domain.records import Revision
 from backend.repository import needs_you as repo
 from backend.services.context import Deps
-from backend.services.live import Mailbox
+from backend.services.mailbox import Mailbox
 from backend.services.needs_you import NeedsYou, NeedsYouItem, SessionItems
 from backend.services.token_cache import ACCESS_CHANNEL
 

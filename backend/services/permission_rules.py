@@ -24,18 +24,9 @@ from backend.db.engine import utcnow
 from backend.domain.errors import Forbidden, InvalidInput, NotFound, TurnwiseError
 from backend.domain.names import plain_name
 from backend.domain.permissions import RuleRef, comparable
-from backend.domain.rule_patterns import (
-    Behavior,
-    PatternError,
-    PatternKind,
-    RulePattern,
-    RuleSet,
-    export_settings,
-    legacy_pattern,
-    parse_pattern,
-    parse_settings,
-)
+from backend.domain.rule_patterns import Behavior, PatternError, PatternKind, RulePattern, RuleSet
 from backend.domain.rule_scopes import BEHAVIOR_ORDER, RuleBehavior, RuleRecord, Scope
+from backend.domain.rule_syntax import export_settings, legacy_pattern, parse_pattern, parse_settings
 from backend.lru import LRU
 from backend.repository import permission_rules as repo
 from backend.repository import tasks

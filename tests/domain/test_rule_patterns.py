@@ -12,18 +12,9 @@ from hypothesis import strategies as st
 
 from backend.domain.errors import InvalidInput
 from backend.domain.permissions import canonical_json
-from backend.domain.rule_patterns import (
-    Behavior,
-    PatternError,
-    PatternKind,
-    RuleSet,
-    decide,
-    export_settings,
-    legacy_pattern,
-    parse_pattern,
-    parse_settings,
-    suggest_rules,
-)
+from backend.domain.rule_patterns import Behavior, PatternError, PatternKind, RuleSet, decide
+from backend.domain.rule_suggestions import suggest_rules
+from backend.domain.rule_syntax import export_settings, legacy_pattern, parse_pattern, parse_settings
 from backend.domain.shell_split import split_command
 
 PROJECT = "/home/shop"

@@ -148,9 +148,8 @@ async def test_identical_questions_asked_again_while_active_reuse_the_bundle(db:
 async def test_live_answer_is_durably_confirmed_before_the_agent_receives_it(
     db: Database, monkeypatch: pytest.MonkeyPatch, kind: Kind, count: int
 ) -> None:
-    # One row (a question, a permission request): on PostgreSQL the confirmation is one message of
-    # its own (`prepared.run_alone`); two questions: a unit of work. Either way it commits before the
-    # agent sees the answer (or the decision).
+    # One row (a question, a permission request) or two questions: the confirmation is a unit of
+    # work, and it commits before the agent sees the answer (or the decision).
     async with running(db) as svc:
         _, session_id = await new_session(svc)
         agent = await kind.ask(svc, session_id, qs=questions(count))

@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.config import Settings
 from backend.db.engine import Database, utcnow
-from backend.db.prepared import FastPathContext, Prepared, begin_with, run_alone
+from backend.db.fast_path import FastPathContext, Prepared
+from backend.db.prepared import begin_with
 from backend.db.tables import task_sessions as S
 from backend.domain.lifecycle import Answered
 from backend.repository import locks
@@ -112,18 +113,12 @@ async def test_each_fast_path_call_fires_after_cursor_execute_once_per_before(fa
             assert len(statements) == 4
         else:
             assert len(statements) == 3
-            # A unit beginning with its lock (one message), and a unit run alone (one message).
+            # A unit beginning with its lock (one message).
             seen.clear()
             async with fast.write() as conn:
                 assert await begin_with(conn, locks.lock_one(session_id))
-            async with fast.alone() as conn:
-                assert (
-                    await run_alone(conn, locks.lock_one(session_id), (_STATE, {"b_session": session_id}))
-                    == 1
-                )
             seen.assert_paired()
             assert seen.before[0][2].startswith("BEGIN;")
-            assert seen.before[1][2].startswith(("PREPARE", "EXECUTE"))  # no BEGIN: its own transaction
             assert all(isinstance(b[4], FastPathContext) for b in seen.before)
 
 
@@ -224,8 +219,6 @@ async def _warm(db: Database, session_id: str) -> None:
         async with db.read() as conn:
             await _STATE.rows(conn, {"b_session": session_id})
             await conn.execute(select(S.c.state).where(S.c.id == session_id))
-        async with db.alone() as conn:
-            await run_alone(conn, locks.lock_one(session_id), (_STATE, {"b_session": session_id}))
 
 
 async def _backend(conn: AsyncConnection) -> int:
@@ -249,23 +242,13 @@ async def test_vanished_statements_are_prepared_anew_where_the_unit_starts_with_
         await wipe(db)
         async with db.write() as conn:
             _, session_id, _ = await seed_session(conn)
-        # A write unit beginning with its lock in BEGIN's message, a unit run alone, a read beginning
-        # with a prepared statement: each redone transparently on the same connection.
-        for first in ("begin_with", "run_alone", "rows"):
+        # A write unit beginning with its lock in BEGIN's message, a read beginning with a prepared
+        # statement: each redone transparently on the same connection.
+        for first in ("begin_with", "rows"):
             await _warm(db, session_id)
             pid = await _vanish(db, how)
             caplog.clear()
             if first == "begin_with":
-                async with db.write() as conn:
-                    await locks.lock_sessions(conn, [session_id])
-                    await _unit(conn, session_id)
-                    assert await _backend(conn) == pid
-            elif first == "run_alone":
-                async with db.alone() as conn:
-                    found = await run_alone(
-                        conn, locks.lock_one(session_id), (_STATE, {"b_session": session_id})
-                    )
-                    assert found == 1
                 async with db.write() as conn:
                     await locks.lock_sessions(conn, [session_id])
                     await _unit(conn, session_id)
@@ -313,8 +296,6 @@ async def test_vanished_statements_fail_one_unit_at_most_and_the_connection_is_r
                     await locks.lock_sessions(conn, [session_id])
                     await _unit(conn, session_id)
                     assert await _backend(conn) != pid
-            async with db.alone() as conn:
-                await run_alone(conn, locks.lock_one(session_id), (_STATE, {"b_session": session_id}))
     finally:
         await db.dispose()
 
@@ -327,7 +308,6 @@ async def test_pooler_mode_prepares_nothing_by_name_and_works(pg_url: str) -> No
     # consecutive transactions may run on different server connections), and everything still works.
     db = Database(pg_url, pool_size=2, pooler="pgbouncer")
     assert db.pooler == "pgbouncer"
-    assert not db.sends_messages
     sent: list[str] = []
 
     def record(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
@@ -339,8 +319,6 @@ async def test_pooler_mode_prepares_nothing_by_name_and_works(pg_url: str) -> No
         async with db.write() as conn:
             _, session_id, _ = await seed_session(conn)
             assert not await begin_with(conn, locks.lock_one(session_id))
-        async with db.alone() as conn:
-            assert await run_alone(conn, locks.lock_one(session_id)) is None
         async with running(db, heartbeat_seconds=3600.0) as svc:
             await svc.waiters.stop()
             _, session = await new_session(svc)

@@ -16,7 +16,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from backend.db.engine import Database, utcnow
-from backend.db.prepared import Prepared, begin_with, run_alone
+from backend.db.fast_path import Prepared
+from backend.db.prepared import begin_with
 from backend.db.tables import task_session_messages as M
 from backend.db.tables import task_sessions as S
 from backend.db.tables import task_status_summaries as Summaries
@@ -150,8 +151,6 @@ async def test_the_switch_changes_the_path_and_nothing_else(database_url: str) -
         assert "FastPathContext" not in contexts[False]
         async with plain.write() as conn:
             assert not await begin_with(conn, locks.lock_one(session_id))  # nothing sent: off
-        async with plain.alone() as conn:
-            assert await run_alone(conn, locks.lock_one(session_id)) is None
     finally:
         await fast.dispose()
         await plain.dispose()
@@ -438,81 +437,6 @@ async def test_after_a_failed_prepare_the_connection_runs_statements_as_usual(pg
                 assert [r.q for r in await _DIVIDE.rows(conn, {"by": 1})] == [1]
                 prepared = await conn.execute(text("SELECT name FROM pg_prepared_statements"))
                 assert locks._LOCK_ONE.server_name(dialect) not in set(prepared.scalars())
-    finally:
-        await db.dispose()
-
-
-_COUNT_SESSIONS = Prepared(select(S.c.id).where(S.c.id == bindparam("b_session", type_=S.c.id.type)))
-_SET_STATE = Prepared(
-    update(S)
-    .where(S.c.id == bindparam("b_session", type_=S.c.id.type))
-    .values(
-        state=bindparam("b_state", type_=S.c.state.type),
-        updated_at=bindparam("b_now", type_=S.c.updated_at.type),
-    )
-    .returning(S.c.id)
-)
-
-
-async def test_run_alone_is_one_transaction_of_its_own(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=1, fast_path=True)
-    try:
-        async with db.write() as conn:
-            _, session_id, _ = await seed_session(conn)
-        before = (db.statements, db.transactions)
-        async with db.alone() as conn:
-            # A write, then a read: both committed together, the read's row count reported.
-            found = await run_alone(
-                conn,
-                locks.lock_one(session_id),
-                (_SET_STATE, {"b_session": session_id, "b_state": "RUNNING", "b_now": utcnow()}),
-                (_COUNT_SESSIONS, {"b_session": session_id}),
-            )
-        assert found == 1
-        assert (db.statements, db.transactions) == (before[0] + 1, before[1] + 1)
-        async with db.read() as conn:
-            state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
-            assert state == "RUNNING"
-            locked = await conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
-                )
-            )
-            assert locked.scalar_one() == 0  # released with the message's commit
-        # A failing statement rolls the whole message back.
-        with pytest.raises(DBAPIError, match="division by zero"):
-            async with db.alone() as conn:
-                await run_alone(
-                    conn,
-                    (_SET_STATE, {"b_session": session_id, "b_state": "FAILED", "b_now": utcnow()}),
-                    (_DIVIDE, {"by": 0}),
-                )
-        async with db.read() as conn:
-            state = (await conn.execute(select(S.c.state).where(S.c.id == session_id))).scalar_one()
-            assert state == "RUNNING"
-    finally:
-        await db.dispose()
-
-
-async def test_run_alone_serializes_with_a_unit_holding_the_session_lock(pg_url: str) -> None:
-    db = Database(pg_url, pool_size=2, fast_path=True)
-    try:
-        async with db.write() as conn:
-            _, session_id, _ = await seed_session(conn)
-        async with db.write() as held:
-            await locks.lock_sessions(held, [session_id])
-
-            async def alone() -> int | None:
-                async with db.alone() as conn:
-                    return await run_alone(
-                        conn, locks.lock_one(session_id), (_COUNT_SESSIONS, {"b_session": session_id})
-                    )
-
-            waiting = asyncio.create_task(alone())
-            await asyncio.sleep(0.3)
-            assert not waiting.done()  # waits for the lock
-        assert await asyncio.wait_for(waiting, 10) == 1
     finally:
         await db.dispose()
 

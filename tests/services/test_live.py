@@ -7,7 +7,8 @@ from typing import Any
 
 from backend.db.engine import Database
 from backend.domain.records import Revision, SessionPending
-from backend.services.live import Mailbox, projection_order
+from backend.services.live import projection_order
+from backend.services.mailbox import Mailbox
 from tests.services.support import services_for
 
 
@@ -252,7 +253,7 @@ async def test_a_send_still_waiting_when_the_mailbox_closes_ends_the_reader_once
 
 
 async def test_eagerly_runs_to_the_first_wait_and_a_task_goes_on_from_there() -> None:
-    from backend.services.live import eagerly
+    from backend.services.mailbox import eagerly
 
     steps: list[str] = []
     gate = asyncio.Event()

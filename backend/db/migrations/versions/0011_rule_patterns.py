@@ -15,7 +15,7 @@ The downgrade keeps what the old shape can say: SESSION rules that allow, for an
 or one exact input (`Bash(<command>)` becomes the input `{"command": <command>}`); every other rule
 is removed, and of rules alike one stays.
 
-The patterns are written by the domain's own `legacy_pattern` (`domain/rule_patterns.py`), not a
+The patterns are written by the domain's own `legacy_pattern` (`domain/rule_syntax.py`), not a
 frozen copy: a rule's text is only right as the parser that reads it writes it.
 
 Revision ID: 0011
@@ -34,7 +34,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-from backend.domain.rule_patterns import PatternError, PatternKind, legacy_pattern, parse_pattern
+from backend.domain.rule_patterns import PatternError, PatternKind
+from backend.domain.rule_syntax import legacy_pattern, parse_pattern
 
 revision = "0011"
 down_revision = "0015"
