@@ -23,11 +23,11 @@ XDIST = $(if $(filter 1,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile
 # statement through plain SQLAlchemy), so both paths stay equivalent: every statement's own tests
 # (repository), every lifecycle path through the services (lifecycle), recovery and resume (resume),
 # the API over real servers (api) and every way the database fails (dbfaults). The rest (the browser,
-# the kit, reach, the bus) runs once, on the fast path, and so do the two MCP protocol suites (the
-# official conformance suite and the 1.x SDK's tasks client, a process per call): their writes are
-# the pending-action service's, which the other API tests run both ways.
+# the kit, reach, the bus) runs once, on the fast path, and so does the official MCP conformance
+# suite, which checks the protocol's wire (a process per scenario): the one write it makes is an ask,
+# which the other API tests run both ways.
 DB_SUITES := tests/repository tests/lifecycle tests/resume tests/api tests/dbfaults \
-	--ignore=tests/api/test_mcp_conformance.py --ignore=tests/api/test_mcp_tasks.py
+	--ignore=tests/api/test_mcp_conformance.py
 
 .PHONY: install install-run lock assets test-assets mcp-client-v1 browser pgbouncer run serve test test-fast lint fmt schema bench scenarios clean
 
