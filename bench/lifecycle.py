@@ -88,17 +88,8 @@ async def _bare_round(db: Database, session_ids: list[str]) -> tuple[list[float]
             turn_id = await turns.current_turn(conn, sid)
             assert turn_id is not None
             pid = new_id()
-            await asks.insert_bundle(
-                conn,
-                session_id=sid,
-                turn_id=turn_id,
-                pending_id=pid,
-                questions=specs,
-                context=None,
-                signature=new_id(),
-                waiter_id=new_id(),
-                waiter_instance="bench",
-            )
+            bundle = asks.NewBundle(pid, specs, None, new_id(), new_id(), "bench")
+            await asks.insert_bundle(conn, bundle, session_id=sid, turn_id=turn_id)
             asked.append(pid)
     latencies: list[float] = []
 

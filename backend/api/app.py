@@ -20,9 +20,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from backend import faults, logs, metrics
 from backend.api import strawberry_adapter
 from backend.api.auth import Authenticator
-from backend.api.browsers import GuardedWebSockets
+from backend.api.browsers import BrowserRule, GuardedWebSockets
 from backend.api.graphql_view import GraphQLView
-from backend.api.mcp import McpEndpoint
+from backend.api.mcp_mount import LazyMcp
 from backend.api.schema import build_schema
 from backend.api.web import web_routes
 from backend.bus import EventBus
@@ -127,12 +127,13 @@ def _storage(settings: Settings) -> tuple[Database, EventBus]:
 
 def _lifespan(
     runtime: Runtime,
-    mcp: McpEndpoint,
+    mcp: LazyMcp,
     *,
     auto_migrate: bool,
     after_start: Callable[[Services], Awaitable[None]] | None,
 ) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
-    """Startup (migrate, epoch, the startup sequence, MCP) and shutdown in reverse."""
+    """Startup (migrate, epoch, the startup sequence) and shutdown in reverse (MCP first, if it was
+    ever built: `backend/api/mcp_mount.py`)."""
     services, settings = runtime.services, runtime.settings
     db, bus = services.deps.db, services.deps.bus
 
@@ -149,7 +150,6 @@ def _lifespan(
             await bus.connect()
             # The whole order lives in backend/services/startup.py; a failing step stops startup.
             await startup.start(services, then=after_start)
-            await mcp.start()
         except Exception as exc:
             runtime.failure = str(exc)
             if not isinstance(exc, SAID_IN_ONE_LINE):
@@ -252,9 +252,9 @@ def create_app(
     faults.configure(settings.fault_points)
     token = settings.bootstrap_token
     authenticator = Authenticator(token.get_secret_value() if token else None, services.access)
-    mcp = McpEndpoint(services, authenticator)
+    mcp = LazyMcp(services, authenticator)
     view = _graphql_view(settings, services, authenticator)
-    graphql_websocket = GuardedWebSockets(view.websocket, mcp.browsers)
+    graphql_websocket = GuardedWebSockets(view.websocket, BrowserRule(settings))
     app = TurnwiseApp(
         routes=[
             *_probes(runtime),

@@ -145,32 +145,37 @@ def _ask_context(found: Sequence[Any]) -> AskContext:
 # --- ask ----------------------------------------------------------------------------------------
 
 
-def _bundle_records(
-    session_id: str,
-    turn_id: str,
-    pending_id: str,
-    specs: Sequence[Spec],
-    context: str | None,
-    signature: str,
-    waiter_id: str,
-    waiter_instance: str,
-) -> list[MessageRecord]:
+@dataclass(frozen=True, slots=True)
+class NewBundle:
+    """What an ask writes, wherever it is written: the bundle's id, its questions (a permission
+    request: one), their context and signature, and the waiter that waits on it ("" for none)."""
+
+    pending_id: str
+    questions: Sequence[Spec]
+    context: str | None
+    signature: str
+    waiter_id: str = ""
+    waiter_instance: str = ""
+
+
+def _bundle_records(session_id: str, turn_id: str, bundle: NewBundle) -> list[MessageRecord]:
+    specs = bundle.questions
     now = utcnow()
     records: list[MessageRecord] = []
     for i, spec in enumerate(specs):
         metadata: dict[str, Any] = {
-            "pending_id": pending_id,
+            "pending_id": bundle.pending_id,
             **spec.row_metadata(),
             "question_index": i,
             "question_total": len(specs),
-            "context": context,
+            "context": bundle.context,
             "status": ClarificationStatus.PENDING.value,
             "agent_disconnected": False,
             # Only the last row of a bundle requests input (kandev-notes "Shapes").
             "requests_input": i == len(specs) - 1,
-            "bundle_signature": signature,
-            "waiter_id": waiter_id,
-            "waiter_instance": waiter_instance,
+            "bundle_signature": bundle.signature,
+            "waiter_id": bundle.waiter_id,
+            "waiter_instance": bundle.waiter_instance,
         }
         records.append(
             MessageRecord(
@@ -196,17 +201,7 @@ def _row_values(r: MessageRecord) -> dict[str, Any]:
 
 
 async def insert_bundle(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    turn_id: str,
-    pending_id: str,
-    questions: Sequence[Spec],
-    context: str | None,
-    signature: str,
-    waiter_id: str,
-    waiter_instance: str,
-    state: str | None = None,
+    conn: AsyncConnection, bundle: NewBundle, *, session_id: str, turn_id: str, state: str | None = None
 ) -> list[MessageRecord]:
     """One row per question (a permission request: one row) in one multi-row INSERT: the bundle is
     written whole or not at all.
@@ -214,9 +209,7 @@ async def insert_bundle(
     `state`: also set the session's state and bump its sequence (`tasks.set_session_state(...,
     bump=True)`, noted for the unit of work), in the same statement on PostgreSQL for a one-question
     bundle."""
-    records = _bundle_records(
-        session_id, turn_id, pending_id, questions, context, signature, waiter_id, waiter_instance
-    )
+    records = _bundle_records(session_id, turn_id, bundle)
     values = [_row_values(r) for r in records]
     if state is not None and len(values) == 1 and conn.dialect.name == "postgresql":
         await _INSERT_AND_SET_STATE.rows(conn, {**values[0], "b_session": session_id, "b_state": state})
@@ -243,7 +236,7 @@ async def insert_decided(
     """A pending action decided as it is asked (a permission a rule allows or denies): its row, of
     a new bundle, settled at once (`status`: answered, or rejected for a denial) with `extra`
     metadata beside the response. History only: it never blocks the session or takes a claim."""
-    (record,) = _bundle_records(session_id, turn_id, new_id(), [spec], context, signature, "", "")
+    (record,) = _bundle_records(session_id, turn_id, NewBundle(new_id(), [spec], context, signature))
     metadata = {
         **record.metadata,
         "status": status.value,
@@ -348,14 +341,9 @@ class AskContext:
 
 async def ask_context_inserting(
     conn: AsyncConnection,
+    bundle: NewBundle,
     *,
     session_id: str,
-    pending_id: str,
-    questions: Sequence[Spec],
-    context: str | None,
-    signature: str,
-    waiter_id: str,
-    waiter_instance: str,
     outbox: reach.AskOutbox | None = None,
     rules: Mapping[str, Any] | None = None,
 ) -> AskContext:
@@ -364,14 +352,15 @@ async def ask_context_inserting(
     `insert_bundle` with the session set waiting, and with `outbox` the bundle's notification outbox
     rows (`reach.enqueue_ask`), in the same statement. `inserted` is None when it inserted nothing:
     the caller decides from the context."""
-    if len(questions) != 1 or conn.dialect.name != "postgresql":
+    signature = bundle.signature
+    if len(bundle.questions) != 1 or conn.dialect.name != "postgresql":
         return await ask_context_with_rules(conn, session_id, signature, rules)
-    (record,) = _bundle_records(
-        session_id, "", pending_id, questions, context, signature, waiter_id, waiter_instance
-    )
+    (record,) = _bundle_records(session_id, "", bundle)
     params = {**_row_values(record), "b_session": session_id, "b_signature": signature, **(rules or {})}
     statement = _ASK_AND_INSERT[(outbox is not None, rules is not None)]
-    found = await statement.rows(conn, params if outbox is None else {**params, **outbox.params(pending_id)})
+    if outbox is not None:
+        params.update(outbox.params(bundle.pending_id))
+    found = await statement.rows(conn, params)
     if not found:
         raise NotFound("session", session_id)
     row = found[0]
@@ -386,16 +375,7 @@ async def ask_context_inserting(
 
 
 async def ensure_bundle(
-    conn: AsyncConnection,
-    found: AskContext,
-    *,
-    turn_id: str,
-    pending_id: str,
-    questions: Sequence[Spec],
-    context: str | None,
-    signature: str,
-    waiter_id: str,
-    waiter_instance: str,
+    conn: AsyncConnection, found: AskContext, bundle: NewBundle, *, turn_id: str
 ) -> list[MessageRecord]:
     """The asked bundle's rows, written once: those the context's own statement inserted
     (`ask_context_inserting`), or else `insert_bundle` now, with the session set waiting unless it
@@ -405,13 +385,8 @@ async def ensure_bundle(
     waiting = found.session.state == SessionState.WAITING_FOR_INPUT
     return await insert_bundle(
         conn,
+        bundle,
         session_id=found.session.id,
         turn_id=turn_id,
-        pending_id=pending_id,
-        questions=questions,
-        context=context,
-        signature=signature,
-        waiter_id=waiter_id,
-        waiter_instance=waiter_instance,
         state=None if waiting else SessionState.WAITING_FOR_INPUT.value,
     )

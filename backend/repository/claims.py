@@ -80,35 +80,25 @@ async def claim(
         if together and claimed:
             bumped.note(conn, session_id)
         return claimed
-    return await _claim_many(
-        conn,
-        session_id=session_id,
-        pending_id=pending_id,
-        message_ids=message_ids,
-        answers=answers,
-        rejected=rejected,
-        claim_id=claim_id,
-        detach_rows=detach_rows,
-        decided_by=decided_by,
-    )
-
-
-async def _claim_many(
-    conn: AsyncConnection,
-    *,
-    session_id: str,
-    pending_id: str,
-    message_ids: Sequence[str],
-    answers: Mapping[str, Answer | Decision],
-    rejected: bool,
-    claim_id: str | None,
-    detach_rows: bool,
-    decided_by: str | None,
-) -> list[BundleRow]:
-    """`claim` for a bundle of several rows (or answers): the UPDATE built for its answers."""
     columns, patch = _claim_values(
         rejected=rejected, claim_id=claim_id, detach_rows=detach_rows, decided_by=decided_by
     )
+    values: dict[str, Any] = {**columns, "updated_at": utcnow()}
+    metadata = _answered_metadata(patch, answers)
+    if metadata is not M.c.metadata:
+        values["metadata"] = metadata
+    result = await conn.execute(
+        update(M)
+        .where(*_claimable(M.c.id.in_(list(message_ids))))
+        .values(values)
+        .returning(*BUNDLE_ROW_COLUMNS),
+        bound(session_id, pending_id),
+    )
+    return [bundle_row(r) for r in result]
+
+
+def _answered_metadata(patch: dict[str, Any], answers: Mapping[str, Answer | Decision]) -> Any:
+    """Several rows' new metadata: the claim's patch, and each answered question's response."""
     qid = json_text(M.c.metadata, "question_id")
     new_metadata: Any = json_update(M.c.metadata, patch) if patch else M.c.metadata
     if answers:
@@ -119,17 +109,7 @@ async def _claim_many(
             ),
             else_=new_metadata,
         )
-    values: dict[str, Any] = {**columns, "updated_at": utcnow()}
-    if new_metadata is not M.c.metadata:
-        values["metadata"] = new_metadata
-    result = await conn.execute(
-        update(M)
-        .where(*_claimable(M.c.id.in_(list(message_ids))))
-        .values(values)
-        .returning(*BUNDLE_ROW_COLUMNS),
-        bound(session_id, pending_id),
-    )
-    return [bundle_row(r) for r in result]
+    return new_metadata
 
 
 def _claimable(rows_: ColumnElement[bool]) -> tuple[ColumnElement[bool], ...]:

@@ -52,17 +52,8 @@ async def seed_session(conn: AsyncConnection) -> tuple[str, str, str]:
         ],
         None,
     )
-    await asks.insert_bundle(
-        conn,
-        session_id=session.id,
-        turn_id=turn.id,
-        pending_id=pending_id,
-        questions=questions,
-        context="why",
-        signature="sig",
-        waiter_id="w",
-        waiter_instance="i",
-    )
+    bundle = asks.NewBundle(pending_id, questions, "why", "sig", "w", "i")
+    await asks.insert_bundle(conn, bundle, session_id=session.id, turn_id=turn.id)
     await tasks.set_session_state(conn, session.id, "WAITING_FOR_INPUT")
     return task.id, session.id, pending_id
 
@@ -470,16 +461,8 @@ async def test_begin_with_sends_nothing_on_sqlite(sqlite_url: str) -> None:
 
 async def _ask(conn: AsyncConnection, session_id: str, signature: str) -> asks.AskContext:
     questions = validate_questions([{"prompt": "c?", "options": [{"label": "x"}, {"label": "y"}]}], None)
-    return await asks.ask_context_inserting(
-        conn,
-        session_id=session_id,
-        pending_id=new_id(),
-        questions=questions,
-        context=None,
-        signature=signature,
-        waiter_id="w2",
-        waiter_instance="i",
-    )
+    bundle = asks.NewBundle(new_id(), questions, None, signature, "w2", "i")
+    return await asks.ask_context_inserting(conn, bundle, session_id=session_id)
 
 
 async def test_ask_context_inserting_writes_the_common_case_and_leaves_every_other_to_the_caller(

@@ -156,8 +156,11 @@ class Asking:
         With `attach_to`: that bundle re-attached, or None (nothing written) when it is not open."""
         session_id = waiter.session_id
         pending_id = new_id()
+        new = asks.NewBundle(
+            pending_id, ask.specs, ask.context, ask.signature, waiter.waiter_id, self.core.hub.instance_id
+        )
         async with uow(self.core.deps, [session_id], hold_summary=True) as w:
-            found = await self._context(w, waiter, ask, pending_id)
+            found = await self._context(w, waiter, ask, new)
             if found is None or isinstance(found, Decided):
                 return found
             session = found.session
@@ -174,7 +177,7 @@ class Asking:
                     waiter_instance=self.core.hub.instance_id,
                 )
             else:
-                bundle = await self._insert(w, waiter, ask, found, pending_id, turn_id)
+                bundle = await self._insert(w, waiter, found, new, turn_id)
                 changed = [r.id for r in bundle.rows]
             waiter.pending_id = pending_id
             kind = EventKind.MESSAGE_ADDED if found.reused is None else EventKind.MESSAGE_UPDATED
@@ -195,7 +198,9 @@ class Asking:
             "waiter_id": waiter.waiter_id,
         }
 
-    async def _context(self, w: Work, waiter: Waiter, ask: Ask, pending_id: str) -> _Context | Decided | None:
+    async def _context(
+        self, w: Work, waiter: Waiter, ask: Ask, new: asks.NewBundle
+    ) -> _Context | Decided | None:
         """The session, its turn and an open bundle of the same signature; a rule's decision instead
         (nothing more to write); None when the bundle to wait on again is no longer open."""
         if ask.attach_to is not None:
@@ -211,16 +216,7 @@ class Asking:
         # it) may be written by the statement that reads the context; any other case is decided by
         # the caller.
         found = await asks.ask_context_inserting(
-            w.conn,
-            session_id=waiter.session_id,
-            pending_id=pending_id,
-            questions=ask.specs,
-            context=ask.context,
-            signature=ask.signature,
-            waiter_id=waiter.waiter_id,
-            waiter_instance=self.core.hub.instance_id,
-            outbox=outbox,
-            rules=ask.rules,
+            w.conn, new, session_id=waiter.session_id, outbox=outbox, rules=ask.rules
         )
         if found.rules and ask.decided is not None:
             outcome = await ask.decided(w, found)
@@ -229,22 +225,13 @@ class Asking:
         return _Context(found, found.reusable, outbox)
 
     async def _insert(
-        self, w: Work, waiter: Waiter, ask: Ask, found: _Context, pending_id: str, turn_id: str
+        self, w: Work, waiter: Waiter, found: _Context, new: asks.NewBundle, turn_id: str
     ) -> Bundle:
         """A new bundle (unless the context's statement wrote it) and its notifications; returned as
         the re-read would find it: this process's live waiter's."""
         session = found.session
-        records = await asks.ensure_bundle(
-            w.conn,
-            found.read,
-            turn_id=turn_id,
-            pending_id=pending_id,
-            questions=ask.specs,
-            context=ask.context,
-            signature=ask.signature,
-            waiter_id=waiter.waiter_id,
-            waiter_instance=self.core.hub.instance_id,
-        )
+        pending_id = new.pending_id
+        records = await asks.ensure_bundle(w.conn, found.read, new, turn_id=turn_id)
         notifier = self.core.on_asked
         if notifier is not None and found.outbox is not None:
             await notifier.asked(
