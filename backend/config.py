@@ -157,6 +157,10 @@ class Settings(BaseSettings):
     # The MCP SDK's undocumented names (backend/api/mcp_adapter.py, under its canary):
     # TURNWISE_MCP_ADAPTER=0 leaves tool calls to the SDK's own handler (an unknown tool: a tool error).
     mcp_adapter: bool = True
+    # `/mcp` loads the MCP SDK on its first request (backend/api/mcp_mount.py), sparing every other
+    # process its import; TURNWISE_MCP_AT_START=1 builds it during startup instead, before readiness,
+    # so no MCP request waits for it (`bench startup` measures both).
+    mcp_at_start: bool = False
     # Reach (backend/services/reach/): a person is told of a pending action still open after
     # notify_after_seconds, by Web Push and by their chat or mail channels; a failing send is retried
     # with backoff (notify_backoff_seconds, doubling to a minute) for notify_retry_seconds. An ask

@@ -150,6 +150,8 @@ def _lifespan(
             await bus.connect()
             # The whole order lives in backend/services/startup.py; a failing step stops startup.
             await startup.start(services, then=after_start)
+            if settings.mcp_at_start:
+                await mcp.endpoint()
         except Exception as exc:
             runtime.failure = str(exc)
             if not isinstance(exc, SAID_IN_ONE_LINE):

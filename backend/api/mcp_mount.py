@@ -7,6 +7,7 @@ agent connects). So the mount imports `backend.api.mcp` in a worker thread when 
 arrives (the event loop serves everything else meanwhile), builds and starts the endpoint once, and
 hands every request to it; concurrent first requests wait for the same build. A build that fails
 is logged, answered 503 with its reason, and tried again on the next request.
+`TURNWISE_MCP_AT_START=1` builds it during startup instead (`bench startup` measures both ways).
 """
 
 from __future__ import annotations
