@@ -247,16 +247,16 @@ class Bundle:
 
     @property
     def waiter_id(self) -> str | None:
-        for r in self.pending_rows:
-            value = r.metadata.get("waiter_id")
-            if isinstance(value, str) and value:
-                return value
-        return None
+        return self._first_pending("waiter_id")
 
     @property
     def waiter_instance(self) -> str | None:
+        return self._first_pending("waiter_instance")
+
+    def _first_pending(self, key: str) -> str | None:
+        """The first non-empty text under `key` among the pending rows' metadata."""
         for r in self.pending_rows:
-            value = r.metadata.get("waiter_instance")
+            value = r.metadata.get(key)
             if isinstance(value, str) and value:
                 return value
         return None
