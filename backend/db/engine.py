@@ -310,9 +310,10 @@ class Database:
             raise
 
     def _raise_outage(self, exc: Exception, *, connecting: bool) -> None:
-        """Mark the database down on an outage; a connect's raw refusal or timeout (which the driver
-        raises as it is) is raised as `DatabaseOutage`. Returns for anything else."""
-        if connecting and isinstance(exc, OSError | TimeoutError):
+        """Mark the database down on an outage; a connect's raw refusal, timeout or lost connection
+        (which the driver raises as it is, also from the pool's connect hook's first query) is
+        raised as `DatabaseOutage`. Returns for anything else."""
+        if connecting and health.driver_outage(exc):
             self.health.failed(exc)
             raise health.DatabaseOutage(None, None, exc, connection_invalidated=True) from exc
         if health.is_outage(exc):

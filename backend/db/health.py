@@ -54,7 +54,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def _driver_outage(exc: BaseException) -> bool:
+def driver_outage(exc: BaseException) -> bool:
     """The driver's own forms of an outage (before SQLAlchemy wrapped them)."""
     if isinstance(exc, OSError | TimeoutError):
         return True  # refused, reset, unreachable; no reply within the connect or statement timeout
@@ -81,7 +81,7 @@ def is_outage(exc: BaseException) -> bool:
         if isinstance(each, DatabaseOutage | DisconnectionError | PoolTimeout):
             return True
         if isinstance(each, DBAPIError) and (
-            each.connection_invalidated or (each.orig is not None and _driver_outage(each.orig))
+            each.connection_invalidated or (each.orig is not None and driver_outage(each.orig))
         ):
             return True
     return False
@@ -142,7 +142,7 @@ def install(engine: Engine, health: Health, *, asyncpg: bool) -> None:
     @event.listens_for(engine, "handle_error")
     def _outage(context: ExceptionContext) -> BaseException | None:
         original = context.original_exception
-        if isinstance(original, DatabaseOutage) or not _driver_outage(original):
+        if isinstance(original, DatabaseOutage) or not driver_outage(original):
             return None
         # Closed at once rather than rolled back over a dead or frozen socket, and never pooled again.
         context.is_disconnect = True

@@ -105,6 +105,13 @@ class PgCluster:
         )
         _wait_port(self.port, 30)
 
+    def ensure_running(self) -> None:
+        """Running and not paused, whatever a test before left it as (one that failed before it
+        brought the cluster back, say)."""
+        self.resume()
+        if self._run("pg_ctl", "-D", str(self.data), "status", check=False).returncode != 0:
+            self.start()
+
     def kill(self) -> None:
         """A crash: `-m immediate` ends every backend at once, with no shutdown checkpoint."""
         self.stop("immediate")

@@ -54,6 +54,12 @@ def cluster() -> Iterator[PgCluster]:
         yield c
 
 
+@pytest.fixture(autouse=True)
+def cluster_up(cluster: PgCluster) -> None:
+    """Each test starts with the cluster up: one that failed midway does not fail the next ones."""
+    cluster.ensure_running()
+
+
 @contextlib.asynccontextmanager
 async def served(
     cluster: PgCluster, env: dict[str, str] | None = None

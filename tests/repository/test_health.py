@@ -5,6 +5,7 @@ cluster restarted, stopped, killed and frozen are in tests/dbfaults)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -127,3 +128,66 @@ async def test_migrations_run_without_the_statement_timeout(pg_url: str) -> None
         assert await migrate.is_current(plain)
     finally:
         await plain.dispose()
+
+
+class _DropAfterFirst:
+    """A TCP relay to PostgreSQL: its first connection is relayed whole; every later one gets through
+    its startup, then loses both sides when the client sends its first query (a real connection lost
+    while the pool sets it up, in its connect hook's first query)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        drop = self.connections > 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", 5432)
+
+        async def down() -> None:
+            with contextlib.suppress(OSError):
+                while data := await up_reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+
+        relay = asyncio.create_task(down())
+        try:
+            # Untyped first messages (an SSL request, the startup message): length-prefixed.
+            while True:
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                body = await reader.readexactly(size - 4)
+                up_writer.write(size.to_bytes(4, "big") + body)
+                await up_writer.drain()
+                if body[:4] != (80877103).to_bytes(4, "big"):  # not an SSLRequest: the startup
+                    break
+            while True:
+                kind = await reader.readexactly(1)
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                body = await reader.readexactly(size - 4)
+                if drop and kind in (b"Q", b"P"):
+                    break  # the first query: the connection goes
+                up_writer.write(kind + size.to_bytes(4, "big") + body)
+                await up_writer.drain()
+        except (asyncio.IncompleteReadError, OSError):
+            pass
+        finally:
+            relay.cancel()
+            for w in (writer, up_writer):
+                w.close()
+
+
+async def test_a_connection_lost_during_its_setup_is_a_typed_outage(pg_url: str) -> None:
+    del pg_url  # PostgreSQL is there
+    relay = await asyncio.start_server(_DropAfterFirst(), "127.0.0.1", 0)
+    port = relay.sockets[0].getsockname()[1]
+    db = Database(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test", connect_timeout=2)
+    try:
+        async with db.read() as first:  # held, so the next unit needs a connection of its own
+            await first.execute(text("SELECT 1"))
+            with pytest.raises(DatabaseOutage) as raised:
+                await _run(db, "SELECT 1")
+        assert is_outage(raised.value)
+        assert not db.health.up
+    finally:
+        await db.dispose()
+        relay.close()
+        await relay.wait_closed()
