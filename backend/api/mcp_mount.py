@@ -42,12 +42,13 @@ class LazyMcp:
         """The started endpoint, built by the first caller (the others wait for it)."""
         if self._stopped:
             raise RuntimeError("the MCP endpoint is shut down")
-        if self._building is None:
-            self._building = asyncio.create_task(self._build())
+        building = self._building
+        if building is None:
+            building = self._building = asyncio.create_task(self._build())
         try:
-            return await asyncio.shield(self._building)
+            return await asyncio.shield(building)
         except Exception:
-            if self._building.done():
+            if building.done() and self._building is building:
                 self._building = None  # the next request tries again
             raise
 
